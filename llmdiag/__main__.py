@@ -1,0 +1,3 @@
+from llmdiag.cli import main
+
+main()

@@ -1,0 +1,229 @@
+"""The command line: a thin typer shell over ``llmdiag.api``. The only module that prints.
+
+Exit codes (scan, analyze): 0 nothing at or above --fail-on; 1 something is; 2 usage, configuration
+or probe error (including "could not probe anything").
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from llmdiag import __version__
+from llmdiag.api import diagnose, diagnose_files
+from llmdiag.collect import DEFAULT_DURATION_SECONDS
+from llmdiag.collect.http import DEFAULT_MAX_METRICS_BYTES, Connection, parse_header
+from llmdiag.config import load_settings
+from llmdiag.engine.loader import find_rule, load_rules
+from llmdiag.errors import LlmdiagError, UsageError
+from llmdiag.model import Severity, Verdict
+from llmdiag.render.json import render_json
+from llmdiag.render.terminal import render_terminal
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+app = typer.Typer(
+    name="llmdiag",
+    help="Tells you why your LLM inference server is slow: KV-cache memory, compute, scheduling or network.",
+    pretty_exceptions_show_locals=False,
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    add_completion=False,
+)
+rules_app = typer.Typer(help="The rule catalogue: what llmdiag checks and why.", no_args_is_help=True)
+app.add_typer(rules_app, name="rules")
+
+stdout = Console(highlight=False, soft_wrap=False)
+stderr = Console(stderr=True, highlight=False)
+
+
+class FailOn(str, Enum):
+    warning = "warning"
+    critical = "critical"
+    never = "never"
+
+
+def fail(error: LlmdiagError) -> NoReturn:
+    stderr.print(f"[bold red]ERROR:[/] {error.message}", markup=True, highlight=False, soft_wrap=True)
+    if error.hint:
+        stderr.print(f"[bold]HINT:[/] {error.hint}", markup=True, highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_ERROR)
+
+
+def exit_code(verdict: Verdict, fail_on: FailOn) -> int:
+    worst = verdict.worst_severity()
+    if fail_on is FailOn.never or worst is None:
+        return EXIT_OK
+    threshold = Severity(fail_on.value)
+    return EXIT_FINDINGS if worst.rank >= threshold.rank else EXIT_OK
+
+
+def emit(verdict: Verdict, as_json: bool, verbose: bool) -> None:
+    if as_json:
+        sys.stdout.write(render_json(verdict) + "\n")
+    else:
+        stdout.print(render_terminal(verdict, verbose=verbose))
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON (schema_version inside).")]
+FailOnOpt = Annotated[
+    FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.")
+]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", help="Settings file (default: ./llmdiag.toml when present).")
+]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Also print every signal.")]
+MaxBytesOpt = Annotated[
+    int, typer.Option("--max-metrics-bytes", help="Refuse metrics pages larger than this.", min=1024)
+]
+
+
+@app.command()
+def scan(
+    url: Annotated[str | None, typer.Argument(help="The server's base URL, e.g. http://127.0.0.1:8000")] = None,
+    duration: Annotated[
+        float, typer.Option("--duration", "-d", help="Seconds to watch the server (at least 3 scrapes).")
+    ] = DEFAULT_DURATION_SECONDS,
+    metrics_url: Annotated[
+        str | None, typer.Option("--metrics-url", help="Where /metrics lives, if not at URL/metrics.")
+    ] = None,
+    header: Annotated[
+        list[str] | None, typer.Option("--header", "-H", help="Extra HTTP header 'Name: value' (repeatable).")
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", help="Bearer token (or set LLMDIAG_API_KEY). Never printed.", show_default=False),
+    ] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each HTTP answer.")] = 5.0,
+    insecure: Annotated[bool, typer.Option("--insecure", help="Accept self-signed TLS certificates.")] = False,
+    max_metrics_bytes: MaxBytesOpt = DEFAULT_MAX_METRICS_BYTES,
+    as_json: JsonOpt = False,
+    fail_on: FailOnOpt = FailOn.critical,
+    config: ConfigOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Watch a live server for a window and say what limits it."""
+    try:
+        if url is None:
+            raise UsageError(
+                "no server given",
+                "llmdiag scan http://HOST:PORT  (the built-in demo server is not part of this release yet)",
+            )
+        if timeout <= 0:
+            raise UsageError(f"--timeout must be positive, got {timeout:g}")
+        settings = load_settings(config)
+        connection = Connection(
+            base_url=url,
+            metrics_url=metrics_url,
+            headers=dict(parse_header(h) for h in header or []),
+            api_key=api_key,
+            timeout_seconds=timeout,
+            insecure=insecure,
+            max_metrics_bytes=max_metrics_bytes,
+        )
+        if as_json or not stderr.is_terminal:
+            verdict = diagnose(connection, duration, settings)
+        else:
+            with Progress(
+                TextColumn("[dim]watching {task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} scrapes"),
+                TimeRemainingColumn(),
+                console=stderr,
+                transient=True,
+            ) as progress:
+                task = progress.add_task(connection.base_url, total=None)
+
+                def tick(done: int, total: int) -> None:
+                    progress.update(task, completed=done, total=total)
+
+                verdict = diagnose(connection, duration, settings, on_progress=tick)
+    except LlmdiagError as error:
+        fail(error)
+    emit(verdict, as_json, verbose)
+    raise typer.Exit(exit_code(verdict, fail_on))
+
+
+@app.command()
+def analyze(
+    files: Annotated[list[Path], typer.Argument(help="Saved /metrics dumps. One: lifetime averages; 2+: a window.")],
+    max_metrics_bytes: MaxBytesOpt = DEFAULT_MAX_METRICS_BYTES,
+    as_json: JsonOpt = False,
+    fail_on: FailOnOpt = FailOn.critical,
+    config: ConfigOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Diagnose from saved /metrics dumps (bug reports, past incidents)."""
+    try:
+        settings = load_settings(config)
+        verdict = diagnose_files(files, settings, max_bytes=max_metrics_bytes)
+    except LlmdiagError as error:
+        fail(error)
+    emit(verdict, as_json, verbose)
+    raise typer.Exit(exit_code(verdict, fail_on))
+
+
+@rules_app.command("list")
+def rules_list() -> None:
+    """Every rule: code, class, status and what it catches."""
+    try:
+        rules = load_rules()
+    except LlmdiagError as error:
+        fail(error)
+    table = Table(box=None, header_style="bold")
+    for column in ("code", "class", "status", "slug", "title"):
+        table.add_column(column)
+    for rule in rules:
+        table.add_row(rule.code, rule.category.value, rule.status, rule.slug, rule.title)
+    stdout.print(table)
+
+
+@rules_app.command("show")
+def rules_show(code: Annotated[str, typer.Argument(help="A rule code, e.g. MEM001")]) -> None:
+    """One rule in full: what, why, thresholds, and the fixes per engine."""
+    from llmdiag.render.docs import render_rule_markdown
+
+    try:
+        rule = find_rule(code)
+        if rule is None:
+            raise UsageError(f"no rule '{code}'", "`llmdiag rules list` shows every code")
+    except LlmdiagError as error:
+        fail(error)
+    sys.stdout.write(render_rule_markdown(rule))
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        stdout.print(f"llmdiag {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """llmdiag: why is my LLM server slow?"""
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        stderr.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # a bug: still one line, with a way to get the traceback
+        if os.environ.get("LLMDIAG_DEBUG"):
+            raise
+        stderr.print(f"[bold red]ERROR:[/] internal error: {type(exc).__name__}: {exc}", markup=True)
+        stderr.print("[bold]HINT:[/] this is a bug in llmdiag; rerun with LLMDIAG_DEBUG=1 for the traceback")
+        sys.exit(EXIT_ERROR)

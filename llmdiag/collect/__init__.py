@@ -1,0 +1,131 @@
+"""Stage 1: turn sources (live servers, saved dumps) into a SignalSet measured over a window."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from llmdiag.collect.http import Connection, HttpMetricsSource
+from llmdiag.collect.prometheus import Scrape, parse_exposition
+from llmdiag.collect.signals import build_signal_set
+from llmdiag.engine.loader import load_probe
+from llmdiag.engine.schema import ProbeSpec
+from llmdiag.errors import EmptyWindowError, InputFileError, NotMetricsError, ProbeError, UsageError
+from llmdiag.model import SignalSet
+
+DEFAULT_DURATION_SECONDS = 20.0
+DEFAULT_INTERVAL_SECONDS = 1.0
+MIN_SCRAPES = 3
+SCRAPED_AT_RE = re.compile(r"^#\s*llmdiag-scraped-at:\s*([0-9.eE+-]+)\s*$", re.MULTILINE)
+PROCESS_START = "process_start_time_seconds"
+
+ProgressCallback = Callable[[int, int], None]
+
+
+def check_server(spec: ProbeSpec, scrape: Scrape, where: str) -> None:
+    if any(name.startswith(tuple(spec.detect_prefixes)) for name in scrape.names()):
+        return
+    sample = ", ".join(sorted({n.split("_")[0] for n in scrape.names()})[:5])
+    raise NotMetricsError(
+        f"{where} has Prometheus metrics but none from {spec.server} (no '{spec.detect_prefixes[0]}*' names; saw {sample} …)",
+        f"is this a {spec.server} server? if its metrics are on another port, give --metrics-url",
+    )
+
+
+def scrape_plan(duration_seconds: float, interval_seconds: float = DEFAULT_INTERVAL_SECONDS) -> tuple[int, float]:
+    """How many scrapes, how far apart: at least MIN_SCRAPES spread over the duration."""
+    if duration_seconds <= 0:
+        raise UsageError(f"--duration must be positive, got {duration_seconds:g}", "e.g. --duration 20")
+    interval = min(interval_seconds, duration_seconds / (MIN_SCRAPES - 1))
+    return int(round(duration_seconds / interval)) + 1, interval
+
+
+def collect_live(
+    connection: Connection,
+    duration_seconds: float = DEFAULT_DURATION_SECONDS,
+    probe: str = "vllm",
+    on_progress: ProgressCallback | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> SignalSet:
+    """Scrape the server over the window. The first failure is fatal; later ones are tolerated and noted."""
+    spec = load_probe(probe)
+    source = HttpMetricsSource(connection, spec.metrics_path)
+    count, interval = scrape_plan(duration_seconds)
+    scrapes: list[Scrape] = []
+    failures: list[str] = []
+    try:
+        start = clock()
+        for i in range(count):
+            due = start + i * interval
+            wait = due - clock()
+            if wait > 0:
+                sleep(wait)
+            try:
+                scrapes.append(source.scrape())
+            except ProbeError as exc:
+                if not scrapes:
+                    raise
+                failures.append(f"scrape {i + 1}/{count} failed: {exc.message}")
+            if i == 0:  # the first scrape succeeded, or we raised above
+                check_server(spec, scrapes[0], source.display_url)
+            if on_progress:
+                on_progress(i + 1, count)
+    finally:
+        source.close()
+    if len(scrapes) < 2:
+        raise EmptyWindowError(
+            f"only {len(scrapes)} of {count} scrapes of {source.display_url} succeeded: no window to measure"
+            + (f" ({failures[-1]})" if failures else "")
+        )
+    signal_set = build_signal_set(spec, scrapes, source.display_url)
+    signal_set.anomalies += failures
+    return signal_set
+
+
+def read_dump(path: Path, max_bytes: int) -> Scrape:
+    try:
+        size = path.stat().st_size
+        if path.is_dir():
+            raise InputFileError(f"{path} is a directory, not a metrics dump")
+        if size > max_bytes:
+            raise InputFileError(
+                f"{path} is {size // (1024 * 1024)} MiB, over the {max_bytes // (1024 * 1024)} MiB cap",
+                "raise the cap with --max-metrics-bytes if the dump really is that large",
+            )
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: no such file") from None
+    except PermissionError:
+        raise InputFileError(f"{path}: permission denied") from None
+    match = SCRAPED_AT_RE.search(text[:4096])
+    at = float(match.group(1)) if match else path.stat().st_mtime
+    return parse_exposition(text, at, origin=str(path))
+
+
+def collect_files(paths: list[Path], probe: str = "vllm", max_bytes: int = 16 * 1024 * 1024) -> SignalSet:
+    """One dump: lifetime values since process start. Two or more: window values between the dumps."""
+    if not paths:
+        raise UsageError("no dump files given", "llmdiag analyze metrics.prom [more.prom …]")
+    spec = load_probe(probe)
+    scrapes = sorted((read_dump(p, max_bytes) for p in paths), key=lambda s: s.at_unix or 0.0)
+    for path, scrape in zip(paths, scrapes):
+        check_server(spec, scrape, str(path))
+    times = [s.at_unix for s in scrapes]
+    if len(set(times)) != len(times):
+        raise UsageError(
+            "two dumps carry the same time, so no rate can be measured between them",
+            "start each dump with '# llmdiag-scraped-at: <unix time>' (llmdiag record does), or keep their mtimes",
+        )
+    where = os.fspath(paths[0]) if len(paths) == 1 else f"{len(paths)} dumps"
+    origin = None
+    if len(scrapes) == 1:
+        start = scrapes[0].series.get(PROCESS_START, {})
+        origin = Scrape(at_unix=next(iter(start.values())) if start else None)
+    signal_set = build_signal_set(spec, scrapes, where, origin=origin)
+    if origin is not None and origin.at_unix is None:
+        signal_set.window.note += " (no process_start_time_seconds: rates unavailable)"
+    return signal_set

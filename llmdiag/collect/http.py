@@ -1,0 +1,149 @@
+"""HTTP access to a server's metrics page: auth, TLS, timeouts, a read cap, and errors in plain words."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+import requests
+
+from llmdiag.collect.prometheus import Scrape, parse_exposition
+from llmdiag.errors import (
+    ConnectError,
+    HTTPStatusError,
+    NotMetricsError,
+    ProbeTimeout,
+    ResponseTooLargeError,
+    UsageError,
+)
+
+DEFAULT_MAX_METRICS_BYTES = 16 * 1024 * 1024
+API_KEY_ENV = "LLMDIAG_API_KEY"
+
+
+def redact_url(url: str) -> str:
+    """Drop user:password from a URL before it is shown anywhere."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+        parts = parts._replace(netloc=f"***@{host}")
+    return urlunsplit(parts)
+
+
+def normalise_base_url(url: str) -> str:
+    if "://" not in url:
+        url = f"http://{url}"
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"'{redact_url(url)}' is not an http(s) URL", "give the server as http://HOST:PORT")
+    return url.rstrip("/")
+
+
+@dataclass
+class Connection:
+    """Where and how to reach one server. Secrets live here and nowhere else."""
+
+    base_url: str
+    metrics_url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    api_key: str | None = None
+    timeout_seconds: float = 5.0
+    insecure: bool = False
+    max_metrics_bytes: int = DEFAULT_MAX_METRICS_BYTES
+
+    def __post_init__(self) -> None:
+        self.base_url = normalise_base_url(self.base_url)
+        if self.metrics_url:
+            self.metrics_url = normalise_base_url(self.metrics_url)
+        if self.api_key is None:
+            self.api_key = os.environ.get(API_KEY_ENV) or None
+
+    def resolved_metrics_url(self, metrics_path: str = "/metrics") -> str:
+        return self.metrics_url or f"{self.base_url}{metrics_path}"
+
+
+def parse_header(raw: str) -> tuple[str, str]:
+    name, sep, value = raw.partition(":")
+    if not sep or not name.strip():
+        raise UsageError(f"--header '{name.strip() or raw}' is not 'Name: value'", "e.g. --header 'X-Tenant: team-a'")
+    return name.strip(), value.strip()
+
+
+class HttpMetricsSource:
+    """Fetches and parses one metrics page per call. The session is reused across the window."""
+
+    def __init__(self, connection: Connection, metrics_path: str = "/metrics") -> None:
+        self.connection = connection
+        self.url = connection.resolved_metrics_url(metrics_path)
+        self.display_url = redact_url(self.url)
+        self._session = requests.Session()
+        self._session.headers.update({"User-Agent": "llmdiag", "Accept": "text/plain;version=0.0.4, */*;q=0.1"})
+        self._session.headers.update(connection.headers)
+        if connection.api_key:
+            self._session.headers["Authorization"] = f"Bearer {connection.api_key}"
+        self._session.verify = not connection.insecure
+
+    def close(self) -> None:
+        self._session.close()
+
+    def fetch_text(self) -> tuple[str, float]:
+        """The page body and the wall-clock time it was read."""
+        conn = self.connection
+        try:
+            resp = self._session.get(self.url, stream=True, timeout=conn.timeout_seconds)
+        except requests.exceptions.SSLError:
+            raise ConnectError(
+                f"TLS handshake with {self.display_url} failed",
+                "for a self-signed certificate pass --insecure",
+            ) from None
+        except requests.exceptions.Timeout:
+            raise ProbeTimeout(f"{self.display_url} did not answer within {conn.timeout_seconds:g} s") from None
+        except requests.exceptions.ConnectionError as exc:
+            raise ConnectError(f"cannot connect to {self.display_url}: {_connection_reason(exc)}") from None
+        except requests.exceptions.RequestException as exc:
+            raise ConnectError(f"request to {self.display_url} failed: {type(exc).__name__}") from None
+        with resp:
+            if resp.status_code >= 400:
+                raise HTTPStatusError(self.display_url, resp.status_code, resp.reason or "")
+            content_type = resp.headers.get("Content-Type", "")
+            if "html" in content_type:
+                raise NotMetricsError(f"{self.display_url} returned an HTML page ({content_type}), not metrics")
+            body = self._read_capped(resp)
+        return body.decode("utf-8", errors="replace"), time.time()
+
+    def _read_capped(self, resp: requests.Response) -> bytes:
+        cap = self.connection.max_metrics_bytes
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            for chunk in resp.iter_content(chunk_size=256 * 1024):
+                size += len(chunk)
+                if size > cap:
+                    raise ResponseTooLargeError(
+                        f"{self.display_url} is larger than {cap // (1024 * 1024)} MiB; stopped reading there"
+                    )
+                chunks.append(chunk)
+        except requests.exceptions.RequestException as exc:
+            if isinstance(exc, requests.exceptions.Timeout | requests.exceptions.ConnectionError):
+                raise ProbeTimeout(f"{self.display_url} stopped sending mid-page ({type(exc).__name__})") from None
+            raise
+        return b"".join(chunks)
+
+    def scrape(self) -> Scrape:
+        text, at = self.fetch_text()
+        return parse_exposition(text, at, origin=self.display_url)
+
+
+def _connection_reason(exc: Exception) -> str:
+    text = str(exc)
+    if "Name or service not known" in text or "nodename nor servname" in text or "NameResolutionError" in text:
+        return "the host name does not resolve (DNS)"
+    if "Connection refused" in text:
+        return "connection refused (nothing listens on that port)"
+    if "timed out" in text:
+        return "connection timed out"
+    return "the connection failed"

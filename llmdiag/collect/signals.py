@@ -1,0 +1,212 @@
+"""Apply a probe spec (probes/*.toml) to a list of scrapes: one Signal per spec entry."""
+
+from __future__ import annotations
+
+import math
+
+from llmdiag.collect.prometheus import (
+    LabelKey,
+    Scrape,
+    counter_increase,
+    gauge_window,
+    histogram_window,
+)
+from llmdiag.engine.schema import ProbeSpec, SignalSpec
+from llmdiag.model import Signal, SignalSet, SourceInfo, Window
+
+# labels that tell series of one metric apart without changing what it measures
+SERIES_LABELS = ("engine", "model_name")
+
+
+def _series_name(key: LabelKey) -> str:
+    labels = dict(key)
+    parts = [f"{k}={labels[k]}" for k in SERIES_LABELS if k in labels]
+    return ",".join(parts) or "all"
+
+
+def _wire_name(spec: SignalSpec, scrapes: list[Scrape]) -> str | None:
+    suffix = "_bucket" if spec.kind == "histogram" else ""
+    for name in spec.metrics:
+        if any(s.has(name + suffix) for s in scrapes):
+            return name
+    return None
+
+
+class SignalBuilder:
+    """Turns scrapes into signals for one probe. ``origin`` is a virtual zero scrape for lifetime mode."""
+
+    def __init__(self, spec: ProbeSpec, scrapes: list[Scrape], source_url: str, origin: Scrape | None = None):
+        self.spec = spec
+        self.real = scrapes
+        self.window_scrapes = ([origin] if origin is not None else []) + scrapes
+        self.source_url = source_url
+        self.lifetime = origin is not None
+        first, last = self.window_scrapes[0].at_unix, self.window_scrapes[-1].at_unix
+        self.duration = (last - first) if first is not None and last is not None else None
+        self.anomalies: list[str] = []
+        self.resets = 0
+        self.implausible = 0
+
+    def _source(self, wire: str) -> str:
+        return f"{self.spec.name} {self.spec.metrics_path}: {wire}"
+
+    def _verify(self, wire: str, kind: str) -> str:
+        grep = f"curl -s {self.source_url} | grep '^{wire}'"
+        if kind == "counter":
+            return f"{grep}  # run twice, N s apart: rate = difference / N"
+        if kind == "histogram":
+            return f"curl -s {self.source_url} | grep '^{wire}_bucket'  # difference two reads for the window"
+        return grep
+
+    def build(self, spec: SignalSpec) -> Signal:
+        wire = _wire_name(spec, self.real)
+        if wire is None:
+            return Signal.missing(
+                spec.name, spec.kind, spec.unit, f"not exposed by this server (looked for {', '.join(spec.metrics)})"
+            )
+        common = dict(
+            name=spec.name,
+            kind=spec.kind,
+            unit=spec.unit,
+            source=self._source(wire),
+            verify=self._verify(wire, spec.kind),
+            window_seconds=self.duration,
+        )
+        if wire != spec.metrics[0] and spec.alias_note:
+            self.anomalies.append(f"{wire}: older name in use; {spec.alias_note}")
+        builder = {
+            "gauge": self._gauge,
+            "counter": self._counter,
+            "histogram": self._histogram,
+            "info": self._info,
+        }[spec.kind]
+        return builder(spec, wire, common)
+
+    def _gauge(self, spec: SignalSpec, wire: str, common: dict) -> Signal:
+        gw = gauge_window(self.real, wire, spec.match, spec.aggregate)
+        if not gw.points:
+            return Signal(**common, unavailable=f"{wire} has no series matching {spec.match}")
+        low = spec.valid_min if spec.valid_min is not None else -math.inf
+        high = spec.valid_max if spec.valid_max is not None else math.inf
+        bad = [v for v in gw.values if not low <= v <= high]
+        if bad:
+            self.implausible += len(bad)
+            self.anomalies.append(f"{wire} outside [{low:g}, {high:g}] in {len(bad)} scrape(s), e.g. {bad[0]:g}")
+            return Signal(**common, unavailable=f"implausible values outside [{low:g}, {high:g}]: not trusted")
+        return Signal(
+            **common,
+            stats=gw.stats(),
+            samples=[(t or 0.0, v) for t, v in gw.points],
+            by_series={_series_name(k): v for k, v in gw.per_series_mean.items()},
+        )
+
+    def _counter(self, spec: SignalSpec, wire: str, common: dict) -> Signal:
+        cw = counter_increase(self.window_scrapes, wire, spec.match)
+        if cw.resets:
+            self.resets += cw.resets
+            self.anomalies.append(f"{wire} went backwards {cw.resets} time(s): the server restarted in the window")
+        if not self.duration:
+            reason = (
+                "a single dump without a process start time has no time base for a rate"
+                if self.lifetime
+                else "the window has no duration"
+            )
+            return Signal(**common, stats={"increase": cw.increase}, unavailable=reason)
+        per_series = {_series_name(k): v / self.duration for k, v in cw.per_series.items()}
+        return Signal(
+            **common,
+            stats={"rate": cw.increase / self.duration, "increase": cw.increase},
+            by_series=per_series,
+        )
+
+    def _histogram(self, spec: SignalSpec, wire: str, common: dict) -> Signal:
+        hw = histogram_window(self.window_scrapes, wire, spec.match)
+        if hw is None:
+            return Signal(**common, unavailable=f"{wire} has no buckets")
+        if hw.resets:
+            self.resets += hw.resets
+        if hw.count <= 0:
+            return Signal(**common, stats={"count": 0.0}, unavailable="no observations in the window")
+        stats = {"count": hw.count}
+        for q, key in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
+            value = hw.quantile(q)
+            if value is not None:
+                stats[key] = value
+        if hw.mean is not None:
+            stats["mean"] = hw.mean
+        finite = [le for le, _ in hw.buckets if not math.isinf(le)]
+        overflow = hw.count - (hw.buckets[-2][1] if len(hw.buckets) > 1 else 0.0)
+        if finite and overflow > 0.01 * hw.count:
+            self.anomalies.append(
+                f"{wire}: {overflow:.0f} of {hw.count:.0f} observations exceed the largest bucket "
+                f"({finite[-1]:g}); quantiles there are lower bounds"
+            )
+        return Signal(**common, stats=stats)
+
+    def _info(self, spec: SignalSpec, wire: str, common: dict) -> Signal:
+        for scrape in reversed(self.real):
+            for key in scrape.series.get(wire, {}):
+                raw = dict(key).get(spec.label or "")
+                try:
+                    return Signal(**common, stats={"value": float(raw)})
+                except (TypeError, ValueError):
+                    continue
+        return Signal(**common, unavailable=f"{wire} has no numeric label '{spec.label}'")
+
+
+def build_signal_set(
+    spec: ProbeSpec, scrapes: list[Scrape], source_url: str, origin: Scrape | None = None
+) -> SignalSet:
+    builder = SignalBuilder(spec, scrapes, source_url, origin)
+    signal_set = SignalSet()
+    for signal_spec in spec.signal:
+        signal_set.add(builder.build(signal_spec))
+    # what the collector itself noticed, as signals the sanity rules can judge
+    for name, value, help_text in (
+        ("counter_resets", builder.resets, "counters or histograms that went backwards in the window"),
+        ("implausible_samples", builder.implausible, "gauge samples outside their valid range"),
+    ):
+        signal_set.add(Signal(name=name, kind="derived", unit="count", stats={"value": float(value)}, source=help_text))
+    signal_set.anomalies = builder.anomalies
+    window_start = builder.window_scrapes[0].at_unix
+    signal_set.window = Window(
+        kind="lifetime" if builder.lifetime else "window",
+        start_unix=window_start,
+        end_unix=scrapes[-1].at_unix,
+        duration_seconds=builder.duration,
+        scrapes=len(scrapes),
+        note=(
+            "lifetime averages since the server started: one dump has no window"
+            if builder.lifetime
+            else ""
+        ),
+    )
+    signal_set.sources.append(_source_info(spec, scrapes, source_url))
+    return signal_set
+
+
+def _source_info(spec: ProbeSpec, scrapes: list[Scrape], url: str) -> SourceInfo:
+    models: set[str] = set()
+    engines: set[str] = set()
+    last = scrapes[-1]
+    for name, series in last.series.items():
+        if not name.startswith(tuple(spec.detect_prefixes)):
+            continue
+        for key in series:
+            labels = dict(key)
+            if "model_name" in labels:
+                models.add(labels["model_name"])
+            if "engine" in labels:
+                engines.add(labels["engine"])
+    config: dict[str, str] = {}
+    if spec.config_metric and last.has(spec.config_metric):
+        first_key = next(iter(last.series[spec.config_metric]))
+        config = {k: v for k, v in first_key if k not in SERIES_LABELS}
+    return SourceInfo(
+        probe=spec.name,
+        url=url,
+        server=spec.server,
+        models=sorted(models),
+        engines=sorted(engines, key=lambda e: (len(e), e)),
+        config=config,
+    )

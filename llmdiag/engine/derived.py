@@ -1,0 +1,167 @@
+"""Named derived signals: logic too rich for a rule's ladder and gate, in small typed functions.
+
+Each function reads a SignalSet and returns a value, or raises ``Missing`` with the reason.
+Rules then refer to the result by name like any measured signal (stat ``value``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llmdiag.model import Signal, SignalSet
+
+
+class Missing(Exception):
+    """An input is unavailable; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Derived:
+    name: str
+    unit: str
+    help: str
+    compute: Callable[[SignalSet], float]
+
+
+REGISTRY: list[Derived] = []
+
+
+def derived(name: str, unit: str, help: str) -> Callable[[Callable[[SignalSet], float]], Callable[[SignalSet], float]]:
+    def register(fn: Callable[[SignalSet], float]) -> Callable[[SignalSet], float]:
+        REGISTRY.append(Derived(name, unit, help, fn))
+        return fn
+
+    return register
+
+
+def need(signals: SignalSet, name: str, stat: str) -> float:
+    signal = signals.get(name)
+    if signal is None:
+        raise Missing(f"{name} was not collected")
+    if signal.unavailable is not None:
+        raise Missing(f"{name}: {signal.unavailable}")
+    value = signal.stats.get(stat)
+    if value is None:
+        raise Missing(f"{name} has no {stat}")
+    return value
+
+
+def _share(signals: SignalSet, part: str, whole: str) -> float:
+    whole_mean = need(signals, whole, "mean")
+    if whole_mean <= 0:
+        raise Missing(f"{whole} mean is zero")
+    return need(signals, part, "mean") / whole_mean
+
+
+@derived("queue_share_of_ttft_ratio", "ratio", "Mean queue time over mean time to first token in the window.")
+def queue_share_of_ttft(signals: SignalSet) -> float:
+    return _share(signals, "queue_time_seconds", "ttft_seconds")
+
+
+@derived("prefill_share_of_ttft_ratio", "ratio", "Mean prefill time over mean time to first token in the window.")
+def prefill_share_of_ttft(signals: SignalSet) -> float:
+    return _share(signals, "prefill_time_seconds", "ttft_seconds")
+
+
+@derived(
+    "frontend_overhead_seconds",
+    "seconds",
+    "Mean TTFT minus mean queue and prefill time: tokenization, IPC and API-server CPU.",
+)
+def frontend_overhead(signals: SignalSet) -> float:
+    return (
+        need(signals, "ttft_seconds", "mean")
+        - need(signals, "queue_time_seconds", "mean")
+        - need(signals, "prefill_time_seconds", "mean")
+    )
+
+
+@derived("prefix_cache_hit_ratio", "ratio", "Prefix-cache hits over lookups in the window.")
+def prefix_cache_hit(signals: SignalSet) -> float:
+    queries = need(signals, "prefix_cache_queries_per_second", "rate")
+    if queries <= 0:
+        raise Missing("no prefix-cache lookups in the window")
+    return need(signals, "prefix_cache_hits_per_second", "rate") / queries
+
+
+@derived(
+    "requests_in_system",
+    "requests",
+    "Mean requests running plus waiting: zero means no traffic in the window.",
+)
+def requests_in_system(signals: SignalSet) -> float:
+    return need(signals, "requests_running", "mean") + need(signals, "requests_waiting", "mean")
+
+
+@derived(
+    "running_at_peak_ratio",
+    "ratio",
+    "Share of scrapes in which the running batch sat at its window maximum: near 1 means a hard cap "
+    "such as --max-num-seqs.",
+)
+def running_at_peak(signals: SignalSet) -> float:
+    running = signals.get("requests_running")
+    peak = need(signals, "requests_running", "max")
+    if running is None or peak <= 0 or not running.samples:
+        raise Missing("no running requests in the window")
+    return sum(1 for _, v in running.samples if v >= peak) / len(running.samples)
+
+
+@derived(
+    "per_user_tokens_per_second",
+    "tokens/s",
+    "Output tokens per second each running request receives: generation rate over mean batch size.",
+)
+def per_user_tokens(signals: SignalSet) -> float:
+    running = need(signals, "requests_running", "mean")
+    if running <= 0:
+        raise Missing("no running requests in the window")
+    return need(signals, "generation_tokens_per_second", "rate") / running
+
+
+@derived(
+    "engine_load_imbalance_ratio",
+    "ratio",
+    "Busiest engine's mean requests (running + waiting) over the mean across engines; 1.0 is balanced.",
+)
+def engine_imbalance(signals: SignalSet) -> float:
+    load: dict[str, float] = {}
+    for name in ("requests_running", "requests_waiting"):
+        signal = signals.get(name)
+        if signal is None or signal.unavailable:
+            raise Missing(f"{name} unavailable")
+        for series, value in signal.by_series.items():
+            engine = dict(p.split("=", 1) for p in series.split(",") if "=" in p).get("engine", series)
+            load[engine] = load.get(engine, 0.0) + value
+    if len(load) < 2:
+        raise Missing("a single engine: nothing to balance")
+    mean = sum(load.values()) / len(load)
+    if mean <= 0:
+        raise Missing("no load on any engine")
+    return max(load.values()) / mean
+
+
+@derived(
+    "histogram_count_excess_ratio",
+    "ratio",
+    "Finished requests in the end-to-end latency histogram over the request_success counter; they count "
+    "the same events, so far from 1 means a broken exporter.",
+)
+def histogram_excess(signals: SignalSet) -> float:
+    finished = need(signals, "requests_finished_per_second", "increase")
+    if finished < 5:
+        raise Missing("fewer than 5 requests finished in the window")
+    return need(signals, "e2e_latency_seconds", "count") / finished
+
+
+def add_derived(signals: SignalSet) -> None:
+    """Compute every registered derived signal into the set, unavailable ones with their reason."""
+    for item in REGISTRY:
+        try:
+            value = item.compute(signals)
+            signal = Signal(name=item.name, kind="derived", unit=item.unit, stats={"value": value}, source=item.help)
+        except Missing as why:
+            signal = Signal.missing(item.name, "derived", item.unit, str(why), source=item.help)
+        signal.window_seconds = signals.window.duration_seconds
+        signals.add(signal)

@@ -1,0 +1,285 @@
+"""Stage 2: judge a SignalSet with the rules and build the Verdict.
+
+A rule is skipped when an input it needs is unavailable, passes when its gate does not hold or its
+ladder signal is below the warning threshold, and fires otherwise. The bottleneck class is the category
+of the most severe firing finding; with none, the window is idle, healthy, or unknown when the core
+signals needed to call it healthy are missing.
+"""
+
+from __future__ import annotations
+
+import re
+
+from llmdiag.config import Settings
+from llmdiag.engine.derived import add_derived
+from llmdiag.engine.loader import load_rules
+from llmdiag.engine.schema import Ladder, RuleSpec, SignalRef
+from llmdiag.model import (
+    BOTTLENECK_CATEGORIES,
+    Bottleneck,
+    Category,
+    ClassCoverage,
+    Coverage,
+    Evidence,
+    Experience,
+    Finding,
+    RuleOutcome,
+    Severity,
+    SignalSet,
+    Verdict,
+)
+
+# signals without which "healthy" cannot be claimed
+CORE_SIGNALS = ("requests_running", "requests_waiting", "kv_cache_usage_ratio", "ttft_seconds", "itl_seconds")
+# when two classes fire at the same severity, the one that causes the other's symptoms wins:
+# a full KV cache makes requests queue, so memory outranks scheduling
+ROOT_CAUSE_ORDER = {Category.memory: 3, Category.network: 2, Category.compute: 1, Category.scheduling: 0}
+NOT_EVALUATED_REASON = {
+    Category.network: (
+        "vLLM's metrics do not show inter-GPU communication; it needs GPU telemetry (NVML, DCGM) "
+        "or profiler traces, which this scan did not have"
+    ),
+}
+PLACEHOLDER_RE = re.compile(r"\{([a-z0-9_]+)\.([a-z0-9]+)(?::([^}]+))?\}")
+
+
+def _lookup(signals: SignalSet, ref: SignalRef) -> tuple[float | None, str]:
+    """The value, or None and why not."""
+    signal = signals.get(ref.signal)
+    if signal is None:
+        return None, f"{ref.signal} is not collected by any probe in this scan"
+    if signal.unavailable is not None:
+        return None, f"{ref.signal} unavailable: {signal.unavailable}"
+    value = signal.stats.get(ref.stat)
+    if value is None:
+        return None, f"{ref.signal} has no '{ref.stat}'"
+    return value, ""
+
+
+def _evidence(signals: SignalSet, ref: SignalRef, threshold: float | None = None, op: str = "") -> Evidence:
+    signal = signals.get(ref.signal)
+    value, _ = _lookup(signals, ref)
+    return Evidence(
+        signal=ref.signal,
+        stat=ref.stat,
+        value=value,
+        unit=signal.unit if signal else "",
+        threshold=threshold,
+        op=op,
+        source=signal.source if signal else "",
+        window_seconds=signal.window_seconds if signal else None,
+        verify=signal.verify if signal else "",
+    )
+
+
+def _severity(ladder: Ladder, value: float, warning: float, critical: float | None) -> Severity | None:
+    if ladder.direction == "above":
+        if critical is not None and value >= critical:
+            return Severity.critical
+        return Severity.warning if value >= warning else None
+    if critical is not None and value <= critical:
+        return Severity.critical
+    return Severity.warning if value <= warning else None
+
+
+def render_summary(template: str, signals: SignalSet) -> str:
+    def fill(match: re.Match[str]) -> str:
+        value, _ = _lookup(signals, SignalRef(signal=match.group(1), stat=match.group(2)))
+        if value is None:
+            return "unavailable"
+        return format(value, match.group(3) or ".3g")
+
+    return PLACEHOLDER_RE.sub(fill, template)
+
+
+def fixes_for(rule: RuleSpec, server: str) -> list[str]:
+    per_engine = {"vllm": rule.fix.vllm, "sglang": rule.fix.sglang, "trtllm": rule.fix.trtllm}.get(server, [])
+    return [rule.fix.text, *per_engine]
+
+
+def evaluate_rule(
+    rule: RuleSpec, signals: SignalSet, settings: Settings, server: str = "vllm"
+) -> tuple[RuleOutcome, Finding | None]:
+    muted = settings.mute_reason(rule.code)
+    if muted:
+        return RuleOutcome(code=rule.code, status="muted", reason=muted), None
+    for ref in (rule.severity, *rule.gate):
+        value, why = _lookup(signals, ref)
+        if value is None:
+            return RuleOutcome(code=rule.code, status="skipped", reason=why), None
+    for cond in rule.gate:
+        value, _ = _lookup(signals, cond)
+        assert value is not None
+        if not cond.holds(value):
+            reason = f"gate not met: {cond.signal}.{cond.stat} = {value:.4g}, needs {cond.op} {cond.value:g}"
+            return RuleOutcome(code=rule.code, status="passed", reason=reason), None
+    override = settings.rules.get(rule.code)
+    warning = override.warning if override and override.warning is not None else rule.severity.warning
+    critical = override.critical if override and override.critical is not None else rule.severity.critical
+    value, _ = _lookup(signals, rule.severity)
+    assert value is not None
+    severity = _severity(rule.severity, value, warning, critical)
+    if severity is None:
+        reason = f"{rule.severity.signal}.{rule.severity.stat} = {value:.4g}, below the warning threshold {warning:g}"
+        return RuleOutcome(code=rule.code, status="passed", reason=reason), None
+    ladder_op = ">=" if rule.severity.direction == "above" else "<="
+    threshold = critical if severity is Severity.critical and critical is not None else warning
+    evidence = [_evidence(signals, rule.severity, threshold, ladder_op)]
+    evidence += [_evidence(signals, c, c.value, c.op) for c in rule.gate]
+    evidence += [_evidence(signals, ref) for ref in rule.evidence]
+    # how far past the threshold, as a ratio: orders findings of equal severity
+    if rule.severity.direction == "above":
+        margin = value / threshold if threshold > 0 else 1.0 + value
+    else:
+        margin = threshold / value if value > 0 else 1e6
+    finding = Finding(
+        code=rule.code,
+        slug=rule.slug,
+        title=rule.title,
+        category=rule.category,
+        severity=severity,
+        summary=render_summary(rule.summary, signals),
+        evidence=evidence,
+        why=rule.why,
+        fixes=fixes_for(rule, server),
+        margin=min(margin, 1e6),
+    )
+    return RuleOutcome(code=rule.code, status="fired", reason=finding.summary), finding
+
+
+def _coverage(rules: tuple[RuleSpec, ...], outcomes: list[RuleOutcome], signals: SignalSet) -> Coverage:
+    by_code = {o.code: o for o in outcomes}
+    classes = []
+    for category in BOTTLENECK_CATEGORIES:
+        mine = [by_code[r.code] for r in rules if r.category is category]
+        ran = [o for o in mine if o.status in ("fired", "passed")]
+        skipped = [o for o in mine if o.status == "skipped"]
+        reason = ""
+        if not ran:
+            reason = NOT_EVALUATED_REASON.get(category) or (
+                f"all {len(mine)} rules skipped: {skipped[0].reason}" if skipped else "no rules for this class"
+            )
+        classes.append(
+            ClassCoverage(
+                category=category, evaluated=bool(ran), rules_run=len(ran), rules_skipped=len(skipped), reason=reason
+            )
+        )
+    return Coverage(probes=list(signals.sources), classes=classes, rules=outcomes)
+
+
+def _experience(signals: SignalSet) -> Experience:
+    def val(name: str, stat: str) -> float | None:
+        return _lookup(signals, SignalRef(signal=name, stat=stat))[0]
+
+    return Experience(
+        ttft_p50_seconds=val("ttft_seconds", "p50"),
+        ttft_p90_seconds=val("ttft_seconds", "p90"),
+        itl_p50_seconds=val("itl_seconds", "p50"),
+        itl_p90_seconds=val("itl_seconds", "p90"),
+        per_user_tokens_per_second=val("per_user_tokens_per_second", "value"),
+        requests_running_mean=val("requests_running", "mean"),
+        generation_tokens_per_second=val("generation_tokens_per_second", "rate"),
+    )
+
+
+def _is_idle(signals: SignalSet) -> bool | None:
+    """True when nothing ran, waited or was generated in the window; None when that can't be told."""
+    running, _ = _lookup(signals, SignalRef(signal="requests_running", stat="max"))
+    waiting, _ = _lookup(signals, SignalRef(signal="requests_waiting", stat="max"))
+    if running is None or waiting is None:
+        return None
+    generated, _ = _lookup(signals, SignalRef(signal="generation_tokens_per_second", stat="increase"))
+    prompted, _ = _lookup(signals, SignalRef(signal="prompt_tokens_per_second", stat="increase"))
+    return running == 0 and waiting == 0 and not generated and not prompted
+
+
+def _confidence(
+    bottleneck: Bottleneck, findings: list[Finding], primary: Finding | None, signals: SignalSet
+) -> tuple[float, list[str]]:
+    notes: list[str] = []
+    available = [n for n in CORE_SIGNALS if (s := signals.get(n)) is not None and s.unavailable is None]
+    coverage = len(available) / len(CORE_SIGNALS)
+    if primary is not None:
+        score = 0.85 if primary.severity is Severity.critical else 0.65
+        same = [f for f in findings if f.category is primary.category]
+        rivals = [
+            f for f in findings
+            if f.category in BOTTLENECK_CATEGORIES and f.category is not primary.category and f.severity is primary.severity
+        ]
+        if len(same) > 1:
+            score += 0.05
+        if rivals:
+            score -= 0.15
+            notes.append(f"{rivals[0].code} ({rivals[0].category.value}) fired at the same severity")
+    else:
+        score = {Bottleneck.idle: 0.9, Bottleneck.healthy: 0.8}.get(bottleneck, 0.3)
+    score *= 0.6 + 0.4 * coverage
+    if any(f.category is Category.sanity for f in findings):
+        score -= 0.15
+        notes.append("metric sanity findings: some numbers are not trustworthy")
+    if signals.window.kind == "lifetime":
+        score -= 0.2
+        notes.append("judged from lifetime averages of one dump, not a live window")
+    elif signals.window.scrapes < 5:
+        score -= 0.1
+        notes.append(f"only {signals.window.scrapes} scrapes in the window")
+    return max(0.05, min(0.99, score)), notes
+
+
+def _summary(bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet, missing: list[str]) -> str:
+    if primary is not None:
+        return f"{bottleneck.value.capitalize()}-bound: {primary.summary}"
+    if bottleneck is Bottleneck.idle:
+        duration = signals.window.duration_seconds or 0.0
+        return f"Idle: no request ran, waited or produced a token in the {duration:.0f} s window; nothing to diagnose."
+    if bottleneck is Bottleneck.healthy:
+        return render_summary(
+            "Healthy: {generation_tokens_per_second.rate:.0f} output tokens/s across "
+            "{requests_running.mean:.1f} running requests, none waiting for long; TTFT p50 "
+            "{ttft_seconds.p50:.3f} s, inter-token latency p50 {itl_seconds.p50:.3f} s.",
+            signals,
+        )
+    return "Unknown: too little evidence to judge; missing " + ", ".join(missing) + "."
+
+
+def build_verdict(signals: SignalSet, settings: Settings | None = None, target: str = "") -> Verdict:
+    settings = settings or Settings()
+    add_derived(signals)
+    rules = load_rules()
+    server = signals.sources[0].probe if signals.sources else "vllm"
+    outcomes: list[RuleOutcome] = []
+    findings: list[Finding] = []
+    for rule in rules:
+        outcome, finding = evaluate_rule(rule, signals, settings, server)
+        outcomes.append(outcome)
+        if finding is not None:
+            findings.append(finding)
+    findings.sort(key=lambda f: (f.severity.rank, ROOT_CAUSE_ORDER.get(f.category, -1), f.margin), reverse=True)
+    classed = [f for f in findings if f.category in BOTTLENECK_CATEGORIES]
+    primary = classed[0] if classed else None
+    missing = [n for n in CORE_SIGNALS if (s := signals.get(n)) is None or s.unavailable is not None]
+    if primary is not None:
+        bottleneck = Bottleneck(primary.category.value)
+    else:
+        idle = _is_idle(signals)
+        if idle:
+            bottleneck = Bottleneck.idle
+        elif idle is False and not missing:
+            bottleneck = Bottleneck.healthy
+        else:
+            bottleneck = Bottleneck.unknown
+    confidence, notes = _confidence(bottleneck, findings, primary, signals)
+    label = "high" if confidence >= 0.75 else "medium" if confidence >= 0.5 else "low"
+    return Verdict(
+        target=target,
+        bottleneck=bottleneck,
+        confidence=round(confidence, 2),
+        confidence_label=label,
+        summary=_summary(bottleneck, primary, signals, missing),
+        window=signals.window,
+        findings=findings,
+        coverage=_coverage(rules, outcomes, signals),
+        experience=_experience(signals),
+        signals=signals.signals,
+        notes=notes + signals.anomalies,
+    )

@@ -1,0 +1,165 @@
+"""Pydantic models of the catalogue files: probe specs (probes/*.toml) and rules (rules/**/*.toml)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from llmdiag.model import Category
+
+STAT_NAMES = {
+    "gauge": {"last", "mean", "min", "max", "p90"},
+    "counter": {"rate", "increase"},
+    "histogram": {"p50", "p90", "p99", "mean", "count"},
+    "info": {"value"},
+    "derived": {"value"},
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------------------------------------
+# probe specs
+
+
+class SignalSpec(_Strict):
+    """How one signal is read from a server's metrics. The first name in ``metrics`` that is present wins."""
+
+    name: str
+    kind: Literal["gauge", "counter", "histogram", "info"]
+    unit: str
+    metrics: list[str] = Field(min_length=1)
+    help: str
+    match: dict[str, str] = Field(default_factory=dict)
+    aggregate: Literal["sum", "mean", "max"] = "sum"
+    valid_min: float | None = None
+    valid_max: float | None = None
+    # info metrics: the numeric label that carries the value
+    label: str | None = None
+    # a note shown when an older alias was used (e.g. a unit change)
+    alias_note: str = ""
+
+    @model_validator(mode="after")
+    def _units_in_names(self) -> SignalSpec:
+        if self.kind == "counter" and not self.name.endswith("_per_second"):
+            raise ValueError("counter signals become rates: their name must end in _per_second")
+        if self.kind == "info" and not self.label:
+            raise ValueError("info signals need 'label', the label that carries the number")
+        return self
+
+
+class ProbeSpec(_Strict):
+    name: str
+    title: str
+    server: str
+    metrics_path: str = "/metrics"
+    # a page is this server's when any sample name starts with one of these
+    detect_prefixes: list[str]
+    # the info metric whose labels describe the server's configuration
+    config_metric: str | None = None
+    signal: list[SignalSpec]
+
+    @field_validator("signal")
+    @classmethod
+    def _unique(cls, signals: list[SignalSpec]) -> list[SignalSpec]:
+        names = [s.name for s in signals]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"signal names repeat: {sorted(dupes)}")
+        return signals
+
+
+# ---------------------------------------------------------------------------------------------
+# rules
+
+CODE_RE = re.compile(r"^(MEM|CMP|SCH|NET|SAN)\d{3}$")
+SLUG_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+CODE_PREFIX = {"MEM": "memory", "CMP": "compute", "SCH": "scheduling", "NET": "network", "SAN": "sanity"}
+
+
+class SignalRef(_Strict):
+    signal: str
+    stat: str = "value"
+
+
+class Condition(SignalRef):
+    op: Literal[">", ">=", "<", "<=", "==", "!="]
+    value: float
+
+    def holds(self, observed: float) -> bool:
+        return {
+            ">": observed > self.value,
+            ">=": observed >= self.value,
+            "<": observed < self.value,
+            "<=": observed <= self.value,
+            "==": observed == self.value,
+            "!=": observed != self.value,
+        }[self.op]
+
+
+class Ladder(SignalRef):
+    """Severity from one signal: ``warning`` and ``critical`` thresholds in ``direction``."""
+
+    direction: Literal["above", "below"] = "above"
+    warning: float
+    critical: float | None = None  # none: the finding never goes past warning
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Ladder:
+        if self.critical is None:
+            return self
+        if self.direction == "above" and self.critical < self.warning:
+            raise ValueError("with direction 'above', critical must be >= warning")
+        if self.direction == "below" and self.critical > self.warning:
+            raise ValueError("with direction 'below', critical must be <= warning")
+        return self
+
+
+class Fix(_Strict):
+    text: str
+    vllm: list[str] = Field(default_factory=list)
+    sglang: list[str] = Field(default_factory=list)
+    trtllm: list[str] = Field(default_factory=list)
+
+
+class RuleSpec(_Strict):
+    code: str
+    slug: str
+    title: str
+    category: Category
+    status: Literal["preview", "stable", "deprecated"] = "stable"
+    summary: str
+    what: str
+    why: str
+    verify: str = ""
+    severity: Ladder
+    gate: list[Condition] = Field(default_factory=list)
+    evidence: list[SignalRef] = Field(default_factory=list)
+    fix: Fix
+
+    @field_validator("code")
+    @classmethod
+    def _code(cls, code: str) -> str:
+        if not CODE_RE.match(code):
+            raise ValueError("must be MEM, CMP, SCH, NET or SAN followed by three digits")
+        return code
+
+    @field_validator("slug")
+    @classmethod
+    def _slug(cls, slug: str) -> str:
+        if not SLUG_RE.match(slug):
+            raise ValueError("must be lower-case words joined by '-'")
+        return slug
+
+    @model_validator(mode="after")
+    def _category_matches_code(self) -> RuleSpec:
+        if CODE_PREFIX[self.code[:3]] != self.category.value:
+            raise ValueError(f"code {self.code} belongs to category '{CODE_PREFIX[self.code[:3]]}'")
+        return self
+
+    def inputs(self) -> list[SignalRef]:
+        return [self.severity, *self.gate, *self.evidence]

@@ -1,0 +1,193 @@
+"""The data that flows between the stages: collect → SignalSet → engine → Verdict → render.
+
+Values are in base units (seconds, bytes, ratios 0–1, per-second rates); the unit is in the signal name.
+A value that could not be measured is ``None`` with ``unavailable`` saying why: missing is never zero.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+SCHEMA_VERSION = "1"
+
+SignalKind = Literal["gauge", "counter", "histogram", "info", "derived"]
+WindowKind = Literal["window", "lifetime"]
+
+
+class Bottleneck(str, Enum):
+    memory = "memory"
+    compute = "compute"
+    scheduling = "scheduling"
+    network = "network"
+    healthy = "healthy"
+    idle = "idle"
+    unknown = "unknown"
+
+
+class Category(str, Enum):
+    """What a rule judges. The first four are bottleneck classes; sanity findings only lower confidence."""
+
+    memory = "memory"
+    compute = "compute"
+    scheduling = "scheduling"
+    network = "network"
+    sanity = "sanity"
+
+
+BOTTLENECK_CATEGORIES = (Category.memory, Category.compute, Category.scheduling, Category.network)
+
+
+class Severity(str, Enum):
+    warning = "warning"
+    critical = "critical"
+
+    @property
+    def rank(self) -> int:
+        return {"warning": 1, "critical": 2}[self.value]
+
+
+class Window(BaseModel):
+    kind: WindowKind = "window"
+    start_unix: float | None = None
+    end_unix: float | None = None
+    duration_seconds: float | None = None
+    scrapes: int = 0
+    note: str = ""
+
+
+class Signal(BaseModel):
+    """One measured quantity over the window.
+
+    ``stats`` holds what the kind allows: gauges ``last/mean/min/max``; counters ``rate/increase``;
+    histograms ``p50/p90/p99/mean/count``; derived signals ``value``.
+    """
+
+    name: str
+    kind: SignalKind
+    unit: str
+    stats: dict[str, float] = Field(default_factory=dict)
+    unavailable: str | None = None
+    source: str = ""
+    verify: str = ""
+    window_seconds: float | None = None
+    # per-scrape points (unix time, value) for gauges, kept for charts and the JSON record
+    samples: list[tuple[float, float]] = Field(default_factory=list)
+    # per-label-set breakdown, e.g. per engine, for imbalance checks
+    by_series: dict[str, float] = Field(default_factory=dict)
+
+    def stat(self, name: str) -> float | None:
+        if self.unavailable is not None:
+            return None
+        return self.stats.get(name)
+
+    @classmethod
+    def missing(cls, name: str, kind: SignalKind, unit: str, reason: str, source: str = "") -> Signal:
+        return cls(name=name, kind=kind, unit=unit, unavailable=reason, source=source)
+
+
+class SourceInfo(BaseModel):
+    """What a probe talked to, and what it saw."""
+
+    probe: str
+    url: str = ""
+    server: str = ""
+    models: list[str] = Field(default_factory=list)
+    engines: list[str] = Field(default_factory=list)
+    ok: bool = True
+    note: str = ""
+    config: dict[str, str] = Field(default_factory=dict)
+
+
+class SignalSet(BaseModel):
+    signals: dict[str, Signal] = Field(default_factory=dict)
+    window: Window = Field(default_factory=Window)
+    sources: list[SourceInfo] = Field(default_factory=list)
+    # anomalies the collector noticed in the raw data (counter resets, out-of-range values …)
+    anomalies: list[str] = Field(default_factory=list)
+
+    def get(self, name: str) -> Signal | None:
+        return self.signals.get(name)
+
+    def add(self, signal: Signal) -> None:
+        self.signals[signal.name] = signal
+
+
+class Evidence(BaseModel):
+    signal: str
+    stat: str
+    value: float | None
+    unit: str
+    threshold: float | None = None
+    op: str = ""
+    source: str = ""
+    window_seconds: float | None = None
+    verify: str = ""
+
+
+class Finding(BaseModel):
+    code: str
+    slug: str
+    title: str
+    category: Category
+    severity: Severity
+    summary: str
+    evidence: list[Evidence]
+    why: str = ""
+    fixes: list[str] = Field(default_factory=list)
+    # how far past its critical threshold the ladder signal is: orders findings of equal severity
+    margin: float = 0.0
+
+
+class RuleOutcome(BaseModel):
+    code: str
+    status: Literal["fired", "passed", "skipped", "muted"]
+    reason: str = ""
+
+
+class ClassCoverage(BaseModel):
+    category: Category
+    evaluated: bool
+    rules_run: int = 0
+    rules_skipped: int = 0
+    reason: str = ""
+
+
+class Coverage(BaseModel):
+    probes: list[SourceInfo] = Field(default_factory=list)
+    classes: list[ClassCoverage] = Field(default_factory=list)
+    rules: list[RuleOutcome] = Field(default_factory=list)
+
+
+class Experience(BaseModel):
+    """What users see, from the server's own histograms (client-side canaries come later)."""
+
+    ttft_p50_seconds: float | None = None
+    ttft_p90_seconds: float | None = None
+    itl_p50_seconds: float | None = None
+    itl_p90_seconds: float | None = None
+    per_user_tokens_per_second: float | None = None
+    requests_running_mean: float | None = None
+    generation_tokens_per_second: float | None = None
+
+
+class Verdict(BaseModel):
+    schema_version: str = SCHEMA_VERSION
+    tool_version: str = ""
+    target: str = ""
+    bottleneck: Bottleneck
+    confidence: float
+    confidence_label: Literal["high", "medium", "low"]
+    summary: str
+    window: Window
+    findings: list[Finding] = Field(default_factory=list)
+    coverage: Coverage = Field(default_factory=Coverage)
+    experience: Experience = Field(default_factory=Experience)
+    signals: dict[str, Signal] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+    def worst_severity(self) -> Severity | None:
+        ranks = [f.severity for f in self.findings]
+        return max(ranks, key=lambda s: s.rank) if ranks else None

@@ -1,0 +1,157 @@
+"""Render a Verdict for the terminal as rich renderables. The CLI prints them; this module never does."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from llmdiag.model import Bottleneck, Evidence, Finding, Severity, Verdict
+
+CLASS_STYLE = {
+    Bottleneck.memory: "bold white on red",
+    Bottleneck.compute: "bold white on dark_orange3",
+    Bottleneck.scheduling: "bold black on yellow",
+    Bottleneck.network: "bold white on magenta",
+    Bottleneck.healthy: "bold white on green",
+    Bottleneck.idle: "bold white on blue",
+    Bottleneck.unknown: "bold white on grey42",
+}
+SEVERITY_STYLE = {Severity.critical: "bold red", Severity.warning: "bold yellow"}
+UNAVAILABLE = "unavailable"
+
+
+def format_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return UNAVAILABLE
+    if unit == "ratio":
+        return f"{value:.1%}"
+    if unit == "seconds":
+        return f"{value * 1000:.1f} ms" if abs(value) < 1 else f"{value:.2f} s"
+    if unit in ("requests", "blocks", "tokens", "count"):
+        return f"{value:.1f} {unit}" if value != int(value) else f"{value:.0f} {unit}"
+    return f"{value:.3g} {unit}"
+
+
+def _headline(verdict: Verdict) -> RenderableType:
+    label = "BOUND" if verdict.bottleneck.value in ("memory", "compute", "scheduling", "network") else ""
+    tag = f" {verdict.bottleneck.value.upper()}{'-' + label if label else ''} "
+    line = Text()
+    line.append(tag, style=CLASS_STYLE[verdict.bottleneck])
+    line.append(f"  confidence {verdict.confidence:.2f} ({verdict.confidence_label})", style="bold")
+    return Group(line, Text(verdict.summary))
+
+
+def _context(verdict: Verdict) -> Text:
+    bits = [verdict.target]
+    for probe in verdict.coverage.probes:
+        if probe.server:
+            bits.append(probe.server)
+        if probe.models:
+            bits.append("model " + ", ".join(probe.models))
+        if len(probe.engines) > 1:
+            bits.append(f"{len(probe.engines)} engines")
+    window = verdict.window
+    if window.kind == "lifetime":
+        bits.append("lifetime averages (one dump)")
+    elif window.duration_seconds is not None:
+        bits.append(f"window {window.duration_seconds:.0f} s, {window.scrapes} scrapes")
+    return Text(" · ".join(b for b in bits if b), style="dim")
+
+
+def _evidence_table(evidence: list[Evidence]) -> Table:
+    table = Table(show_header=True, header_style="dim", box=None, padding=(0, 1), pad_edge=False)
+    table.add_column("signal")
+    table.add_column("value", justify="right")
+    table.add_column("threshold", justify="right")
+    table.add_column("source", style="dim")
+    for item in evidence:
+        threshold = f"{item.op} {format_value(item.threshold, item.unit)}" if item.threshold is not None else ""
+        table.add_row(
+            f"{item.signal} {item.stat}",
+            format_value(item.value, item.unit),
+            threshold,
+            item.source,
+        )
+    return table
+
+
+def _finding(finding: Finding, server_name: str) -> RenderableType:
+    head = Text()
+    head.append(f"{finding.severity.value.upper():8}", style=SEVERITY_STYLE[finding.severity])
+    head.append(f" {finding.code} ", style="bold")
+    head.append(f"{finding.title}  ", style="bold")
+    head.append(f"[{finding.slug}]", style="dim")
+    fixes = Text()
+    if finding.fixes:
+        fixes.append(f"  Fix: {finding.fixes[0]}\n")
+        for flag in finding.fixes[1:]:
+            fixes.append(f"    • {flag}\n", style="cyan")
+    return Group(
+        head,
+        Text(f"  {finding.summary}"),
+        Text(f"  Why: {finding.why}", style="dim") if finding.why else Text(""),
+        _evidence_table(finding.evidence),
+        fixes,
+    )
+
+
+def _experience(verdict: Verdict) -> Table:
+    exp = verdict.experience
+    table = Table(box=None, show_header=False, padding=(0, 2), pad_edge=False)
+    table.add_row("time to first token p50 / p90", f"{format_value(exp.ttft_p50_seconds, 'seconds')} / "
+                  f"{format_value(exp.ttft_p90_seconds, 'seconds')}")
+    table.add_row("inter-token latency p50 / p90", f"{format_value(exp.itl_p50_seconds, 'seconds')} / "
+                  f"{format_value(exp.itl_p90_seconds, 'seconds')}")
+    table.add_row("output tokens/s, whole server", format_value(exp.generation_tokens_per_second, "tokens/s"))
+    table.add_row("running requests (mean)", format_value(exp.requests_running_mean, "requests"))
+    table.add_row("output tokens/s each user sees", format_value(exp.per_user_tokens_per_second, "tokens/s"))
+    return table
+
+
+def _coverage(verdict: Verdict) -> RenderableType:
+    lines = Text()
+    for cls in verdict.coverage.classes:
+        if cls.evaluated:
+            lines.append(f"  {cls.category.value:11} evaluated ({cls.rules_run} rules", style="green")
+            lines.append(f", {cls.rules_skipped} skipped)\n" if cls.rules_skipped else ")\n", style="green")
+        else:
+            lines.append(f"  {cls.category.value:11} not evaluated: {cls.reason}\n", style="yellow")
+    skipped = [r for r in verdict.coverage.rules if r.status in ("skipped", "muted")]
+    for outcome in skipped:
+        lines.append(f"  {outcome.code} {outcome.status}: {outcome.reason}\n", style="dim")
+    return lines
+
+
+def render_terminal(verdict: Verdict, verbose: bool = False) -> RenderableType:
+    server = verdict.coverage.probes[0].probe if verdict.coverage.probes else ""
+    parts: list[RenderableType] = [_context(verdict), Panel(_headline(verdict), expand=False)]
+    if verdict.findings:
+        parts.append(Text("\nFindings", style="bold underline"))
+        parts += [_finding(f, server) for f in verdict.findings]
+    parts.append(Text("\nWhat users see now", style="bold underline"))
+    parts.append(_experience(verdict))
+    parts.append(Text("\nCoverage", style="bold underline"))
+    parts.append(_coverage(verdict))
+    if verdict.notes:
+        parts.append(Text("Notes", style="bold underline"))
+        parts.append(Text("".join(f"  - {n}\n" for n in verdict.notes), style="dim"))
+    if verbose:
+        parts.append(render_signal_table(verdict))
+    return Group(*parts)
+
+
+def render_signal_table(verdict: Verdict) -> Table:
+    table = Table(title="Signals", show_lines=False)
+    table.add_column("signal")
+    table.add_column("kind", style="dim")
+    table.add_column("stats")
+    table.add_column("source", style="dim")
+    for name, signal in sorted(verdict.signals.items()):
+        if signal.unavailable is not None:
+            stats = Text(f"unavailable: {signal.unavailable}", style="yellow")
+        else:
+            stats = Text(", ".join(f"{k}={format_value(v, signal.unit)}" for k, v in signal.stats.items()))
+        table.add_row(name, signal.kind, stats, signal.source)
+    return table

@@ -1,0 +1,1 @@
+"""Data package: probe specs (TOML). Read with importlib.resources, never imported for code."""

@@ -1,0 +1,1 @@
+"""Data package: report templates and assets. Read with importlib.resources."""
