@@ -200,6 +200,22 @@ def rules_show(code: Annotated[str, typer.Argument(help="A rule code, e.g. MEM00
     sys.stdout.write(render_rule_markdown(rule))
 
 
+@rules_app.command("docs")
+def rules_docs(
+    out: Annotated[Path, typer.Option("--out", help="Folder for one Markdown page per rule.")] = Path("docs/rules"),
+) -> None:
+    """Write the rule reference pages (docs/rules/*.md) from the rule files."""
+    from llmdiag.render.docs import write_rule_docs
+
+    try:
+        written = write_rule_docs(load_rules(), out)
+    except LlmdiagError as error:
+        fail(error)
+    except OSError as exc:
+        fail(LlmdiagError(f"cannot write {out}: {exc.strerror}", "check the folder and its permissions"))
+    stdout.print(f"wrote {len(written)} pages to {out}")
+
+
 def version_callback(value: bool) -> None:
     if value:
         stdout.print(f"llmdiag {__version__}")

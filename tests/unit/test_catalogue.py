@@ -1,0 +1,98 @@
+"""The catalogue (probes/, rules/, reports/) is data: valid, documented, self-consistent and shipped in the wheel."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from llmdiag.engine.derived import REGISTRY
+from llmdiag.engine.loader import load_probe, load_rules, parse_rule
+from llmdiag.errors import RuleSpecError
+from llmdiag.render.docs import DOC_SECTIONS, render_rule_index, render_rule_markdown
+from tests.conftest import REPO_ROOT
+
+COLLECTOR_SIGNALS = {"counter_resets", "implausible_samples"}
+
+
+@pytest.mark.parametrize("folder", ["probes", "rules", "reports"])
+def test_data_folders_hold_no_code(folder: str):
+    code = [p for p in (REPO_ROOT / folder).rglob("*.py") if p.name != "__init__.py"]
+    assert not code, f"{folder}/ is data only; move {code} into llmdiag/"
+    init = (REPO_ROOT / folder / "__init__.py").read_text().strip().splitlines()
+    assert len(init) == 1, f"{folder}/__init__.py is a one-line marker"
+
+
+def test_every_rule_input_is_a_known_signal():
+    known = {s.name for s in load_probe("vllm").signal} | {d.name for d in REGISTRY} | COLLECTOR_SIGNALS
+    for rule in load_rules():
+        for ref in rule.inputs():
+            assert ref.signal in known, f"{rule.code} reads unknown signal {ref.signal}"
+
+
+def test_codes_are_unique_and_files_are_named_after_them():
+    rules = load_rules()
+    assert len({r.code for r in rules}) == len(rules)
+    for rule in rules:
+        path = REPO_ROOT / "rules" / rule.category.value / f"{rule.code}-{rule.slug}.toml"
+        assert path.is_file()
+
+
+@pytest.mark.parametrize("rule", load_rules(), ids=lambda r: r.code)
+def test_rule_docs_have_every_section(rule):
+    page = render_rule_markdown(rule)
+    for section in DOC_SECTIONS:
+        header = f"## {section}\n\n"
+        assert header in page, f"{rule.code}: missing section {section}"
+        body = page.split(header, 1)[1].split("\n## ", 1)[0].strip()
+        assert body, f"{rule.code}: section '{section}' is empty"
+    assert rule.fix.vllm or rule.category.value == "sanity", f"{rule.code} names no vLLM flag to change"
+
+
+def test_committed_rule_docs_are_up_to_date():
+    docs = REPO_ROOT / "docs" / "rules"
+    for rule in load_rules():
+        page = docs / f"{rule.code}-{rule.slug}.md"
+        assert page.is_file() and page.read_text() == render_rule_markdown(rule), (
+            f"{page.name} is stale: run `llmdiag rules docs`"
+        )
+    assert (docs / "README.md").read_text() == render_rule_index(load_rules())
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ('code = "XYZ001"', "code"),
+        ("this is = = not toml", "(file)"),
+    ],
+)
+def test_bad_rule_files_name_the_path_and_field(text: str, field: str):
+    good = (REPO_ROOT / "rules/memory/MEM001-kv-cache-saturated.toml").read_text()
+    broken = good.replace('code = "MEM001"', text) if field != "(file)" else text
+    with pytest.raises(RuleSpecError) as info:
+        parse_rule("rules/memory/MEM001-kv-cache-saturated.toml", broken)
+    assert info.value.field == field
+    assert "rules/memory/MEM001-kv-cache-saturated.toml" in str(info.value)
+
+
+def test_rule_file_name_must_match_code_and_slug():
+    good = (REPO_ROOT / "rules/memory/MEM001-kv-cache-saturated.toml").read_text()
+    with pytest.raises(RuleSpecError, match="must be named MEM001-kv-cache-saturated.toml"):
+        parse_rule("rules/memory/MEM009-other.toml", good)
+
+
+def test_wheel_ships_the_catalogue(tmp_path: Path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(REPO_ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    wheel = next(tmp_path.glob("llmdiag-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "llmdiag/probes/vllm.toml" in names
+    assert "llmdiag/rules/memory/MEM001-kv-cache-saturated.toml" in names
+    assert "llmdiag/py.typed" in names
+    assert not any(n.startswith(("probes/", "rules/", "tests/")) for n in names)
