@@ -30,7 +30,8 @@ def check_server(spec: ProbeSpec, scrape: Scrape, where: str) -> None:
         return
     sample = ", ".join(sorted({n.split("_")[0] for n in scrape.names()})[:5])
     raise NotMetricsError(
-        f"{where} has Prometheus metrics but none from {spec.server} (no '{spec.detect_prefixes[0]}*' names; saw {sample} …)",
+        f"{where} has Prometheus metrics but none from {spec.server} "
+        f"(no '{spec.detect_prefixes[0]}*' names; saw {sample} …)",
         f"is this a {spec.server} server? if its metrics are on another port, give --metrics-url",
     )
 
@@ -112,7 +113,7 @@ def collect_files(paths: list[Path], probe: str = "vllm", max_bytes: int = 16 * 
         raise UsageError("no dump files given", "llmdiag analyze metrics.prom [more.prom …]")
     spec = load_probe(probe)
     scrapes = sorted((read_dump(p, max_bytes) for p in paths), key=lambda s: s.at_unix or 0.0)
-    for path, scrape in zip(paths, scrapes):
+    for path, scrape in zip(paths, scrapes, strict=True):
         check_server(spec, scrape, str(path))
     times = [s.at_unix for s in scrapes]
     if len(set(times)) != len(times):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -99,7 +100,7 @@ def counter_increase(scrapes: list[Scrape], name: str, match: Mapping[str, str] 
     """
     per_series: dict[LabelKey, float] = {}
     resets = 0
-    for before, after in zip(scrapes, scrapes[1:]):
+    for before, after in pairwise(scrapes):
         prev = select(before, name, match)
         for key, value in select(after, name, match).items():
             old = prev.get(key, 0.0)
@@ -175,7 +176,7 @@ def histogram_window(scrapes: list[Scrape], base: str, match: Mapping[str, str] 
     summed: dict[float, float] = {}
     count = total = 0.0
     resets = 0
-    for before, after in zip(scrapes, scrapes[1:]):
+    for before, after in pairwise(scrapes):
         prev_b = _bucket_series(before, base, match)
         prev_sum = select(before, f"{base}_sum", match)
         prev_cnt = select(before, f"{base}_count", match)

@@ -204,7 +204,9 @@ def _confidence(
         same = [f for f in findings if f.category is primary.category]
         rivals = [
             f for f in findings
-            if f.category in BOTTLENECK_CATEGORIES and f.category is not primary.category and f.severity is primary.severity
+            if f.category in BOTTLENECK_CATEGORIES
+            and f.category is not primary.category
+            and f.severity is primary.severity
         ]
         if len(same) > 1:
             score += 0.05

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import sys
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from importlib.resources.abc import Traversable
-
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -53,7 +52,8 @@ def parse_rule(display_path: str, text: str) -> RuleSpec:
         raise RuleSpecError(display_path, "code/slug", f"file must be named {expected}.toml")
     folder = display_path.rsplit("/", 2)[-2] if "/" in display_path else ""
     if folder and folder != rule.category.value:
-        raise RuleSpecError(display_path, "category", f"a '{rule.category.value}' rule lives in rules/{rule.category.value}/")
+        where = f"rules/{rule.category.value}/"
+        raise RuleSpecError(display_path, "category", f"a '{rule.category.value}' rule lives in {where}")
     return rule
 
 
@@ -71,7 +71,7 @@ def load_rules() -> tuple[RuleSpec, ...]:
     return tuple(sorted(rules, key=lambda r: r.code))
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_probe(name: str) -> ProbeSpec:
     entry = resources.files("llmdiag.probes") / f"{name}.toml"
     if not entry.is_file():

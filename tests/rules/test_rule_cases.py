@@ -6,7 +6,6 @@ A case gives signal stats; signals it does not list are missing, and a stat set 
 
 from __future__ import annotations
 
-
 from pathlib import Path
 
 import pytest

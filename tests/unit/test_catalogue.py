@@ -86,7 +86,8 @@ def test_rule_file_name_must_match_code_and_slug():
 
 def test_wheel_ships_the_catalogue(tmp_path: Path):
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(REPO_ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + ["-w", str(tmp_path), str(REPO_ROOT)],
         check=True,
         capture_output=True,
     )

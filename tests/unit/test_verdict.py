@@ -1,0 +1,120 @@
+"""From signals to a verdict: class, confidence, coverage and the states with no bottleneck."""
+
+from __future__ import annotations
+
+from llmdiag.engine.evaluate import build_verdict
+from llmdiag.model import Bottleneck, Category, Signal, SignalSet, SourceInfo, Window
+
+
+def make(window_scrapes: int = 21, **signals: dict[str, float] | str) -> SignalSet:
+    out = SignalSet(window=Window(duration_seconds=20.0, scrapes=window_scrapes), sources=[SourceInfo(probe="vllm")])
+    for name, stats in signals.items():
+        if stats == "missing":
+            out.add(Signal.missing(name, "gauge", "", "not exposed by this server"))
+        else:
+            out.add(Signal(name=name, kind="gauge", unit="", stats=stats))
+    return out
+
+
+HEALTHY = dict(
+    requests_running={"mean": 4, "max": 4, "min": 4, "last": 4, "p90": 4},
+    requests_waiting={"mean": 0, "max": 0, "min": 0, "last": 0, "p90": 0},
+    kv_cache_usage_ratio={"mean": 0.001, "max": 0.002, "p90": 0.002},
+    preemptions_per_second={"rate": 0.0, "increase": 0.0},
+    generation_tokens_per_second={"rate": 900.0, "increase": 18000.0},
+    prompt_tokens_per_second={"rate": 450.0, "increase": 9000.0},
+    ttft_seconds={"p50": 0.01, "p90": 0.02, "mean": 0.012, "count": 140},
+    itl_seconds={"p50": 0.004, "p90": 0.006, "mean": 0.0045, "count": 17000},
+    queue_time_seconds={"p50": 0.001, "mean": 0.001, "count": 140},
+    prefill_time_seconds={"p50": 0.008, "mean": 0.009, "count": 140},
+)
+
+
+def test_light_load_is_healthy_with_user_numbers():
+    verdict = build_verdict(make(**HEALTHY))
+    assert verdict.bottleneck is Bottleneck.healthy
+    assert verdict.findings == []
+    assert verdict.experience.per_user_tokens_per_second == 225.0
+    assert "900 output tokens/s" in verdict.summary
+    assert verdict.confidence_label == "high"
+
+
+def test_no_traffic_is_idle_not_healthy():
+    idle = {**HEALTHY}
+    idle.update(
+        requests_running={"mean": 0, "max": 0, "min": 0, "last": 0, "p90": 0},
+        generation_tokens_per_second={"rate": 0.0, "increase": 0.0},
+        prompt_tokens_per_second={"rate": 0.0, "increase": 0.0},
+        ttft_seconds="missing",
+        itl_seconds="missing",
+    )
+    verdict = build_verdict(make(**idle))
+    assert verdict.bottleneck is Bottleneck.idle
+    assert verdict.findings == []
+
+
+def test_missing_core_signals_give_unknown_never_healthy():
+    partial = {**HEALTHY, "kv_cache_usage_ratio": "missing"}
+    verdict = build_verdict(make(**partial))
+    assert verdict.bottleneck is Bottleneck.unknown
+    assert "kv_cache_usage_ratio" in verdict.summary
+
+
+def test_kv_starved_is_memory_even_though_queue_time_also_dominates():
+    starved = {**HEALTHY}
+    starved.update(
+        requests_running={"mean": 1.5, "max": 2, "min": 1, "last": 2, "p90": 2},
+        requests_waiting={"mean": 30, "max": 31, "min": 29, "last": 30, "p90": 31},
+        kv_cache_usage_ratio={"mean": 0.8, "max": 1.0, "p90": 0.98},
+        preemptions_per_second={"rate": 0.6, "increase": 12},
+        ttft_seconds={"p50": 20.0, "p90": 40.0, "mean": 22.0, "count": 10},
+        queue_time_seconds={"p50": 19.0, "mean": 21.0, "count": 10},
+    )
+    verdict = build_verdict(make(**starved))
+    assert verdict.bottleneck is Bottleneck.memory
+    primary = verdict.findings[0]
+    assert primary.code == "MEM001"
+    assert {e.signal: e.value for e in primary.evidence}["preemptions_per_second"] == 0.6
+    # scheduling rules are gated off by the preemptions: memory is the root cause
+    assert all(f.category is not Category.scheduling for f in verdict.findings)
+
+
+def test_max_num_seqs_cap_is_scheduling():
+    capped = {**HEALTHY}
+    capped.update(
+        requests_running={"mean": 2, "max": 2, "min": 2, "last": 2, "p90": 2},
+        requests_waiting={"mean": 30, "max": 30, "min": 29, "last": 30, "p90": 30},
+        ttft_seconds={"p50": 5.0, "p90": 7.0, "mean": 5.2, "count": 40},
+        queue_time_seconds={"p50": 4.9, "mean": 5.0, "count": 40},
+    )
+    signals = make(**capped)
+    signals.signals["requests_running"].samples = [(float(t), 2.0) for t in range(21)]
+    verdict = build_verdict(signals)
+    assert verdict.bottleneck is Bottleneck.scheduling
+    codes = {f.code for f in verdict.findings}
+    assert {"SCH001", "SCH002"} <= codes
+    sch001 = next(f for f in verdict.findings if f.code == "SCH001")
+    assert {e.signal: e.value for e in sch001.evidence}["requests_waiting"] == 30
+
+
+def test_network_is_reported_not_evaluated_never_fine():
+    verdict = build_verdict(make(**HEALTHY))
+    network = next(c for c in verdict.coverage.classes if c.category is Category.network)
+    assert network.evaluated is False
+    assert "GPU telemetry" in network.reason
+
+
+def test_sanity_findings_lower_confidence():
+    clean = build_verdict(make(**HEALTHY))
+    restarted = make(**HEALTHY)
+    restarted.add(Signal(name="counter_resets", kind="derived", unit="count", stats={"value": 3.0}))
+    dirty = build_verdict(restarted)
+    assert dirty.findings[0].code == "SAN002"
+    assert dirty.bottleneck is Bottleneck.healthy
+    assert dirty.confidence < clean.confidence
+
+
+def test_same_signals_give_the_same_verdict():
+    first = build_verdict(make(**HEALTHY))
+    second = build_verdict(make(**HEALTHY))
+    assert (first.bottleneck, first.confidence) == (second.bottleneck, second.confidence)
