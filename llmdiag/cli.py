@@ -14,6 +14,7 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -51,10 +52,15 @@ class FailOn(str, Enum):
     never = "never"
 
 
+def print_error(message: str, hint: str) -> None:
+    # messages carry server text and user paths: escape them so '[...]' is shown, not parsed as markup
+    stderr.print(f"[bold red]ERROR:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    if hint:
+        stderr.print(f"[bold]HINT:[/] {escape(hint)}", highlight=False, soft_wrap=True)
+
+
 def fail(error: LlmdiagError) -> NoReturn:
-    stderr.print(f"[bold red]ERROR:[/] {error.message}", markup=True, highlight=False, soft_wrap=True)
-    if error.hint:
-        stderr.print(f"[bold]HINT:[/] {error.hint}", markup=True, highlight=False, soft_wrap=True)
+    print_error(error.message, error.hint)
     raise typer.Exit(EXIT_ERROR)
 
 
@@ -233,13 +239,25 @@ def root(
 
 def main() -> None:
     try:
-        app()
-    except KeyboardInterrupt:
+        code = app(standalone_mode=False)
+    except typer.TyperException as exc:  # typer's own usage errors: same one-line contract as ours
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            stdout.print(ctx.get_help())
+            code = EXIT_OK
+        else:
+            command = ctx.command_path if ctx is not None else "llmdiag"
+            print_error(exc.format_message(), f"run `{command} --help` for the options")
+            code = EXIT_ERROR
+    except (KeyboardInterrupt, typer.Abort):
         stderr.print("interrupted")
-        sys.exit(130)
+        code = 130
     except Exception as exc:  # a bug: still one line, with a way to get the traceback
         if os.environ.get("LLMDIAG_DEBUG"):
             raise
-        stderr.print(f"[bold red]ERROR:[/] internal error: {type(exc).__name__}: {exc}", markup=True)
-        stderr.print("[bold]HINT:[/] this is a bug in llmdiag; rerun with LLMDIAG_DEBUG=1 for the traceback")
-        sys.exit(EXIT_ERROR)
+        print_error(
+            f"internal error: {type(exc).__name__}: {exc}",
+            "this is a bug in llmdiag; rerun with LLMDIAG_DEBUG=1 for the traceback",
+        )
+        code = EXIT_ERROR
+    sys.exit(code if isinstance(code, int) else EXIT_OK)

@@ -8,12 +8,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from llmdiag.collect.http import Connection, HttpMetricsSource
+from llmdiag.collect.http import Connection, HttpMetricsSource, format_bytes
 from llmdiag.collect.prometheus import Scrape, parse_exposition
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.engine.loader import load_probe
 from llmdiag.engine.schema import ProbeSpec
-from llmdiag.errors import EmptyWindowError, InputFileError, NotMetricsError, ProbeError, UsageError
+from llmdiag.errors import (
+    EmptyWindowError,
+    ExpositionParseError,
+    InputFileError,
+    NotMetricsError,
+    ProbeError,
+    UsageError,
+)
 from llmdiag.model import SignalSet
 
 DEFAULT_DURATION_SECONDS = 20.0
@@ -23,6 +30,7 @@ SCRAPED_AT_RE = re.compile(r"^#\s*llmdiag-scraped-at:\s*([0-9.eE+-]+)\s*$", re.M
 PROCESS_START = "process_start_time_seconds"
 
 ProgressCallback = Callable[[int, int], None]
+DUMP_HINT = "give a saved vLLM /metrics page: curl -s http://HOST:PORT/metrics > metrics.prom"
 
 
 def check_server(spec: ProbeSpec, scrape: Scrape, where: str) -> None:
@@ -94,7 +102,7 @@ def read_dump(path: Path, max_bytes: int) -> Scrape:
             raise InputFileError(f"{path} is a directory, not a metrics dump")
         if size > max_bytes:
             raise InputFileError(
-                f"{path} is {size // (1024 * 1024)} MiB, over the {max_bytes // (1024 * 1024)} MiB cap",
+                f"{path} is {format_bytes(size)}, over the {format_bytes(max_bytes)} cap",
                 "raise the cap with --max-metrics-bytes if the dump really is that large",
             )
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -104,7 +112,10 @@ def read_dump(path: Path, max_bytes: int) -> Scrape:
         raise InputFileError(f"{path}: permission denied") from None
     match = SCRAPED_AT_RE.search(text[:4096])
     at = float(match.group(1)) if match else path.stat().st_mtime
-    return parse_exposition(text, at, origin=str(path))
+    try:
+        return parse_exposition(text, at, origin=str(path))
+    except (NotMetricsError, ExpositionParseError) as exc:
+        raise InputFileError(exc.message, DUMP_HINT) from None
 
 
 def collect_files(paths: list[Path], probe: str = "vllm", max_bytes: int = 16 * 1024 * 1024) -> SignalSet:
@@ -114,7 +125,10 @@ def collect_files(paths: list[Path], probe: str = "vllm", max_bytes: int = 16 * 
     spec = load_probe(probe)
     scrapes = sorted((read_dump(p, max_bytes) for p in paths), key=lambda s: s.at_unix or 0.0)
     for path, scrape in zip(paths, scrapes, strict=True):
-        check_server(spec, scrape, str(path))
+        try:
+            check_server(spec, scrape, str(path))
+        except NotMetricsError as exc:
+            raise InputFileError(exc.message, DUMP_HINT) from None
     times = [s.at_unix for s in scrapes]
     if len(set(times)) != len(times):
         raise UsageError(

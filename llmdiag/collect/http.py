@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
@@ -23,24 +24,40 @@ DEFAULT_MAX_METRICS_BYTES = 16 * 1024 * 1024
 API_KEY_ENV = "LLMDIAG_API_KEY"
 
 
+USERINFO_RE = re.compile(r"^([^:/?#]*://)[^/?#]*@")
+
+
 def redact_url(url: str) -> str:
-    """Drop user:password from a URL before it is shown anywhere."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-        parts = parts._replace(netloc=f"***@{host}")
+    """Drop user:password from a URL before it is shown anywhere. Never raises, even on a malformed URL."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unclosed IPv6 bracket: strip the user-info by hand
+        return USERINFO_RE.sub(r"\1***@", url)
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc=f"***@{parts.netloc.rpartition('@')[2]}")
     return urlunsplit(parts)
 
 
 def normalise_base_url(url: str) -> str:
     if "://" not in url:
         url = f"http://{url}"
-    parts = urlsplit(url)
+    hint = "give the server as http://HOST:PORT"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError on a port that is not a number in 0-65535)
+    except ValueError as exc:
+        raise UsageError(f"'{redact_url(url)}' is not a valid URL: {exc}", hint) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"'{redact_url(url)}' is not an http(s) URL", "give the server as http://HOST:PORT")
+        raise UsageError(f"'{redact_url(url)}' is not an http(s) URL", hint)
     return url.rstrip("/")
+
+
+def format_bytes(n: int) -> str:
+    """A byte count as the user would have typed it: '16 MiB', '64 KiB', or '100000 bytes'."""
+    for unit, size in (("MiB", 1024 * 1024), ("KiB", 1024)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"
 
 
 @dataclass
@@ -124,13 +141,26 @@ class HttpMetricsSource:
                 size += len(chunk)
                 if size > cap:
                     raise ResponseTooLargeError(
-                        f"{self.display_url} is larger than {cap // (1024 * 1024)} MiB; stopped reading there"
+                        f"{self.display_url} is larger than {format_bytes(cap)}; stopped reading there"
                     )
                 chunks.append(chunk)
+        except requests.exceptions.ContentDecodingError:
+            raise ConnectError(
+                f"{self.display_url} sent a page that cannot be decoded "
+                f"(Content-Encoding '{resp.headers.get('Content-Encoding', '')}')",
+                "check the page with `curl -s --compressed URL/metrics | head`",
+            ) from None
         except requests.exceptions.RequestException as exc:
-            if isinstance(exc, requests.exceptions.Timeout | requests.exceptions.ConnectionError):
-                raise ProbeTimeout(f"{self.display_url} stopped sending mid-page ({type(exc).__name__})") from None
-            raise
+            # requests reports a read timeout inside the body as a ConnectionError wrapping urllib3's ReadTimeoutError
+            if isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc).lower():
+                raise ProbeTimeout(
+                    f"{self.display_url} stopped sending mid-page: no data for {self.connection.timeout_seconds:g} s"
+                ) from None
+            # ChunkedEncodingError (IncompleteRead, connection reset) and other ConnectionErrors
+            raise ConnectError(
+                f"{self.display_url} closed the connection mid-page ({type(exc).__name__})",
+                "the server dropped the answer: check its log for a crash or restart, then scan again",
+            ) from None
         return b"".join(chunks)
 
     def scrape(self) -> Scrape:

@@ -1,0 +1,509 @@
+"""Bad input, end to end through the CLI: one ERROR line, one HINT line, exit 2, never a traceback.
+
+Every case runs `python -m llmdiag …` in a subprocess (``run_cli``) against a real local HTTP server
+(``ScriptedServer``), a closed port, an ``.invalid`` host (resolves nothing, sends no traffic) or a file.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from tests.conftest import CliResult, run_cli
+from tests.httpserver import Reply, ScriptedServer
+
+# A scan window short enough to keep the file fast: 3 scrapes, 0.5 s apart.
+FAST = ("--duration", "1", "--timeout", "1")
+
+TTFT_BOUNDS = (
+    "0.001", "0.005", "0.01", "0.02", "0.04", "0.06", "0.08", "0.1", "0.25", "0.5", "0.75", "1.0",
+    "2.5", "5.0", "7.5", "10.0", "20.0", "40.0", "80.0", "160.0", "640.0", "2560.0",
+)  # fmt: skip
+
+
+def vllm_exposition(requests_done: int = 10, *, running: int = 1, waiting: int = 0, kv: float = 0.25) -> str:
+    """A minimal but realistic vLLM 0.32-style /metrics page. Counters grow with ``requests_done``."""
+    labels = 'engine="0",model_name="tiny"'
+    lines = [
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+        "# TYPE vllm:num_requests_running gauge",
+        f"vllm:num_requests_running{{{labels}}} {float(running)}",
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+        "# TYPE vllm:num_requests_waiting gauge",
+        f"vllm:num_requests_waiting{{{labels}}} {float(waiting)}",
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
+        "# TYPE vllm:kv_cache_usage_perc gauge",
+        f"vllm:kv_cache_usage_perc{{{labels}}} {kv}",
+        "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
+        "# TYPE vllm:num_preemptions_total counter",
+        f"vllm:num_preemptions_total{{{labels}}} 0.0",
+        "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.",
+        "# TYPE vllm:prompt_tokens_total counter",
+        f"vllm:prompt_tokens_total{{{labels}}} {float(requests_done * 24)}",
+        "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
+        "# TYPE vllm:generation_tokens_total counter",
+        f"vllm:generation_tokens_total{{{labels}}} {float(requests_done * 16)}",
+        "# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.",
+        "# TYPE vllm:time_to_first_token_seconds histogram",
+    ]
+    # every request's first token took between 20 and 40 ms
+    for le in (*TTFT_BOUNDS, "+Inf"):
+        count = requests_done if le == "+Inf" or float(le) >= 0.04 else 0
+        lines.append(f'vllm:time_to_first_token_seconds_bucket{{{labels},le="{le}"}} {float(count)}')
+    lines.append(f"vllm:time_to_first_token_seconds_count{{{labels}}} {float(requests_done)}")
+    lines.append(f"vllm:time_to_first_token_seconds_sum{{{labels}}} {requests_done * 0.03}")
+    return "\n".join(lines) + "\n"
+
+
+def padded_exposition(target_bytes: int) -> bytes:
+    """A valid vLLM page grown to about ``target_bytes`` with HTTP middleware series, as a busy server has."""
+    head = vllm_exposition()
+    rows = ["# HELP http_requests_total Total number of requests by method, status and handler.",
+            "# TYPE http_requests_total counter"]  # fmt: skip
+    size, i = len(head), 0
+    while size < target_bytes:
+        row = f'http_requests_total{{handler="/v1/route/{i:07d}",method="POST",status="2xx"}} {i}.0'
+        rows.append(row)
+        size += len(row) + 1
+        i += 1
+    return (head + "\n".join(rows) + "\n").encode()
+
+
+def always(reply: Reply) -> Callable[[str, dict[str, str]], Reply]:
+    return lambda path, headers: reply
+
+
+class Sequence:
+    """Answers request n with ``replies[n]``, then keeps giving the last one."""
+
+    def __init__(self, replies: list[Reply]) -> None:
+        self.replies = replies
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, path: str, headers: dict[str, str]) -> Reply:
+        with self.lock:
+            reply = self.replies[min(self.count, len(self.replies) - 1)]
+            self.count += 1
+        return reply
+
+
+def growing_vllm(path: str, headers: dict[str, str], _state={"n": 0}) -> Reply:  # noqa: B006 (per-process counter)
+    _state["n"] += 1
+    return Reply(body=vllm_exposition(10 + 5 * _state["n"]).encode())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def assert_clean_error(result: CliResult) -> tuple[str, str]:
+    """The contract: exit 2, no traceback, stderr is exactly one ERROR line then one HINT line."""
+    everything = result.stdout + result.stderr
+    assert "Traceback" not in everything, everything
+    assert result.returncode == 2, everything
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 2, f"expected exactly an ERROR and a HINT line, got:\n{result.stderr}"
+    error, hint = lines
+    assert error.startswith("ERROR: "), result.stderr
+    assert hint.startswith("HINT: "), result.stderr
+    assert "internal error" not in error, f"a bad input reached the 'this is a bug' path:\n{result.stderr}"
+    assert result.stdout.strip() == "", result.stdout
+    return error, hint
+
+
+def scan(url: str, *extra: str, env: dict[str, str] | None = None) -> CliResult:
+    return run_cli("scan", url, *FAST, *extra, env=env)
+
+
+# ---------------------------------------------------------------------------------------------
+# the server cannot be reached
+
+
+def test_connection_refused():
+    port = free_port()
+    error, hint = assert_clean_error(scan(f"http://127.0.0.1:{port}"))
+    assert f"127.0.0.1:{port}" in error
+    assert "connection refused" in error
+    assert "server running" in hint
+
+
+def test_dns_failure():
+    error, hint = assert_clean_error(scan("http://no-such-host.invalid:8000"))
+    assert "no-such-host.invalid" in error
+    assert "DNS" in error
+    assert "curl" in hint
+
+
+def test_timeout():
+    with ScriptedServer(always(Reply(body=vllm_exposition().encode(), delay_seconds=3))) as server:
+        error, hint = assert_clean_error(scan(server.url))
+    assert "did not answer within 1 s" in error
+    assert "--timeout" in hint
+
+
+# ---------------------------------------------------------------------------------------------
+# the server answers, but not with metrics
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "hint_word"),
+    [
+        (401, "Unauthorized", "--api-key"),
+        (403, "Forbidden", "--api-key"),
+        (404, "Not Found", "--metrics-url"),
+        (500, "Internal Server Error", "log"),
+    ],
+)
+def test_http_error_status(status: int, reason: str, hint_word: str):
+    with ScriptedServer(always(Reply(status=status, body=b"nope"))) as server:
+        error, hint = assert_clean_error(scan(server.url))
+    assert f"{server.url}/metrics answered HTTP {status} {reason}" in error
+    assert hint_word in hint
+
+
+HTML = b"<!DOCTYPE html>\n<html><head><title>Grafana</title></head><body>login</body></html>\n"
+
+
+def test_html_page_with_html_content_type():
+    with ScriptedServer(always(Reply(body=HTML, content_type="text/html; charset=utf-8"))) as server:
+        error, hint = assert_clean_error(scan(server.url))
+    assert "HTML page" in error
+    assert "--metrics-url" in hint
+
+
+def test_html_page_served_as_text_plain():
+    with ScriptedServer(always(Reply(body=HTML, content_type="text/plain"))) as server:
+        error, hint = assert_clean_error(scan(server.url))
+    assert "HTML" in error and "not Prometheus metrics" in error
+    assert "--metrics-url" in hint
+
+
+def test_json_body_points_at_trtllm_prometheus_page():
+    body = json.dumps([{"iter": 1, "numActiveRequests": 0, "kvCacheStats": {"usedNumBlocks": 3}}]).encode()
+    with ScriptedServer(always(Reply(body=body, content_type="application/json"))) as server:
+        error, hint = assert_clean_error(scan(server.url))
+    assert "is JSON" in error
+    assert "/prometheus/metrics" in hint
+
+
+def test_truncated_exposition_ending_mid_line():
+    text = vllm_exposition()
+    cut = text.index("vllm:kv_cache_usage_perc{") + 20  # in the middle of a sample line, no final newline
+    with ScriptedServer(always(Reply(body=text[:cut].encode()))) as server:
+        error, hint = assert_clean_error(scan(server.url))
+    assert "truncated" in error
+    assert "Prometheus text" in hint
+
+
+def test_connection_dropped_mid_body():
+    # the server promises the whole page (Content-Length) but hangs up half way through
+    body = vllm_exposition().encode()
+    with ScriptedServer(always(Reply(body=body, cut_after_bytes=len(body) // 2))) as server:
+        error, _hint = assert_clean_error(scan(server.url))
+    assert f"{server.url}/metrics" in error
+    assert "mid-page" in error
+
+
+def test_server_stalls_mid_body():
+    # headers and the first bytes arrive, then nothing: a read timeout inside the body, not a crash
+    body = vllm_exposition().encode()
+    ready = threading.Event()
+    release = threading.Event()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+
+        def serve() -> None:
+            ready.set()
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                head = f"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n\r\n"
+                conn.sendall(head.encode() + body[:100])
+                release.wait(10)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        ready.wait(5)
+        try:
+            error, hint = assert_clean_error(scan(f"http://127.0.0.1:{port}"))
+        finally:
+            release.set()
+    assert "stopped sending mid-page" in error
+    assert "--timeout" in hint
+
+
+def test_body_that_does_not_match_its_content_encoding():
+    reply = Reply(body=vllm_exposition().encode(), headers={"Content-Encoding": "gzip"})  # says gzip, is not
+    with ScriptedServer(always(reply)) as server:
+        error, hint = assert_clean_error(scan(server.url))
+    assert "cannot be decoded (Content-Encoding 'gzip')" in error
+    assert "--compressed" in hint
+
+
+def test_garbage_text():
+    body = b"hello world\nthis is not a metrics page at all\n"
+    with ScriptedServer(always(Reply(body=body))) as server:
+        error, hint = assert_clean_error(scan(server.url))
+    assert "not valid Prometheus text" in error
+    assert "curl" in hint
+
+
+def test_garbage_text_with_square_brackets():
+    body = b"status [/ok] all good\n"
+    with ScriptedServer(always(Reply(body=body))) as server:
+        error, _hint = assert_clean_error(scan(server.url))
+    assert "[/ok]" in error
+
+
+def test_valid_prometheus_but_no_vllm_metrics():
+    body = (
+        b"# HELP go_goroutines Number of goroutines that currently exist.\n"
+        b"# TYPE go_goroutines gauge\n"
+        b"go_goroutines 5\n"
+        b"# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
+        b"# TYPE process_cpu_seconds_total counter\n"
+        b"process_cpu_seconds_total 1\n"
+    )
+    with ScriptedServer(always(Reply(body=body))) as server:
+        error, hint = assert_clean_error(scan(server.url))
+    assert "none from vLLM" in error and "vllm:" in error
+    assert "go" in error and "process" in error  # says what it did see
+    assert "vLLM server" in hint
+
+
+# ---------------------------------------------------------------------------------------------
+# the window
+
+
+def test_empty_window_after_http_503():
+    first = Reply(body=vllm_exposition(10).encode())
+    responder = Sequence([first, Reply(status=503, body=b"overloaded")])
+    with ScriptedServer(responder) as server:
+        error, hint = assert_clean_error(scan(server.url))
+    assert "only 1 of 3 scrapes" in error
+    assert "HTTP 503" in error
+    assert "scan again" in hint
+    assert responder.count == 3
+
+
+def test_empty_window_after_connection_drops():
+    body = vllm_exposition(10).encode()
+    responder = Sequence([Reply(body=body), Reply(body=body, cut_after_bytes=0)])
+    with ScriptedServer(responder) as server:
+        error, hint = assert_clean_error(scan(server.url))
+    assert "only 1 of 3 scrapes" in error
+    assert "scan again" in hint
+
+
+def test_server_restart_mid_scan_is_not_an_error():
+    # before the restart the counters are high; after it they start again from (nearly) zero
+    responder = Sequence([Reply(body=vllm_exposition(n).encode()) for n in (500, 2, 6)])
+    with ScriptedServer(responder) as server:
+        result = scan(server.url, "--json")
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.returncode in (0, 1), result.stderr
+    verdict = json.loads(result.stdout)
+    codes = {f["code"] for f in verdict["findings"]}
+    notes = " ".join(verdict["notes"])
+    assert "SAN002" in codes or "restart" in notes, (codes, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# size cap
+
+
+def test_20_mb_page_is_refused_at_the_default_cap():
+    body = padded_exposition(20 * 1024 * 1024)
+    with ScriptedServer(always(Reply(body=body))) as server:
+        error, hint = assert_clean_error(scan(server.url))
+    assert "larger than 16 MiB" in error
+    assert "--max-metrics-bytes" in hint
+
+
+def test_max_metrics_bytes_lets_a_200_kb_page_through():
+    body = padded_exposition(200_000)
+    assert 200_000 <= len(body) < 210_000
+    with ScriptedServer(lambda p, h: Reply(body=body)) as server:
+        result = scan(server.url, "--max-metrics-bytes", "300000", "--json")
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.returncode in (0, 1), result.stderr
+    assert json.loads(result.stdout)["findings"] is not None
+
+
+def test_max_metrics_bytes_rejects_a_200_kb_page_below_it():
+    body = padded_exposition(200_000)
+    with ScriptedServer(always(Reply(body=body))) as server:
+        error, hint = assert_clean_error(scan(server.url, "--max-metrics-bytes", "100000"))
+    assert "100000 bytes" in error
+    assert "0 MiB" not in error
+    assert "--max-metrics-bytes" in hint
+
+
+# ---------------------------------------------------------------------------------------------
+# analyze: files
+
+
+def test_analyze_missing_file(tmp_path):
+    missing = tmp_path / "nope.prom"
+    error, hint = assert_clean_error(run_cli("analyze", str(missing)))
+    assert f"{missing}: no such file" in error
+    assert "curl" in hint
+
+
+def test_analyze_directory(tmp_path):
+    error, hint = assert_clean_error(run_cli("analyze", str(tmp_path)))
+    assert "is a directory" in error
+    assert "check the path" in hint
+
+
+def test_analyze_empty_file(tmp_path):
+    empty = tmp_path / "empty.prom"
+    empty.write_text("")
+    error, _hint = assert_clean_error(run_cli("analyze", str(empty)))
+    assert f"{empty} is empty" in error
+
+
+def test_analyze_path_with_square_brackets(tmp_path):
+    missing = tmp_path / "x[" / "y].prom"
+    error, _hint = assert_clean_error(run_cli("analyze", str(missing)))
+    assert str(missing) in error
+
+
+# ---------------------------------------------------------------------------------------------
+# usage and configuration
+
+
+def test_scan_non_http_url():
+    error, hint = assert_clean_error(run_cli("scan", "ftp://x"))
+    assert "'ftp://x' is not an http(s) URL" in error
+    assert "http://HOST:PORT" in hint
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://127.0.0.1:99999", "Port out of range"),
+        ("http://127.0.0.1:notaport", "Port could not be cast"),
+        ("http://[::1", "Invalid IPv6 URL"),
+        ("http://alice:hunter2@127.0.0.1:99999", "Port out of range"),
+    ],
+)
+def test_scan_malformed_url(url: str, reason: str):
+    result = run_cli("scan", url, "--timeout", "1")
+    error, hint = assert_clean_error(result)
+    assert "is not a valid URL" in error
+    assert reason in error
+    assert "hunter2" not in result.stderr
+    assert "http://HOST:PORT" in hint
+
+
+def test_scan_duration_zero():
+    error, hint = assert_clean_error(run_cli("scan", f"http://127.0.0.1:{free_port()}", "--duration", "0"))
+    assert "--duration must be positive" in error
+    assert "--duration 20" in hint
+
+
+def test_scan_duration_not_a_number():
+    error, _hint = assert_clean_error(run_cli("scan", "http://127.0.0.1:8000", "--duration", "abc"))
+    assert "--duration" in error
+
+
+def test_header_without_value():
+    error, hint = assert_clean_error(run_cli("scan", "http://127.0.0.1:8000", "--header", "novalue"))
+    assert "--header 'novalue' is not 'Name: value'" in error
+    assert "X-Tenant" in hint
+
+
+def test_config_file_missing(tmp_path):
+    missing = tmp_path / "llmdiag.toml"
+    error, hint = assert_clean_error(run_cli("scan", "http://127.0.0.1:8000", "--config", str(missing)))
+    assert f"{missing}: no such config file" in error
+    assert "Configuration" in hint
+
+
+def test_config_file_invalid_toml(tmp_path):
+    bad = tmp_path / "llmdiag.toml"
+    bad.write_text("[rules.MEM001\nwarning = \n")
+    error, hint = assert_clean_error(run_cli("analyze", str(tmp_path / "x.prom"), "--config", str(bad)))
+    assert f"{bad}: cannot read it" in error
+    assert "line 1" in error
+    assert "Configuration" in hint
+
+
+# ---------------------------------------------------------------------------------------------
+# secrets
+
+
+def unauthorized(path: str, headers: dict[str, str]) -> Reply:
+    return Reply(status=401, body=b'{"error": "Unauthorized"}', content_type="application/json")
+
+
+def test_api_key_is_sent_but_never_printed():
+    with ScriptedServer(unauthorized) as server:
+        result = scan(server.url, "--api-key", "sk-SECRET123")
+        error, hint = assert_clean_error(result)
+    assert "sk-SECRET123" not in result.stdout + result.stderr
+    assert "HTTP 401" in error
+    assert "--api-key" in hint
+    assert server.requests, "the server saw no request"
+    assert all(h.get("authorization") == "Bearer sk-SECRET123" for _, h in server.requests)
+
+
+def test_api_key_from_environment_is_sent_but_never_printed():
+    with ScriptedServer(unauthorized) as server:
+        result = scan(server.url, env={"LLMDIAG_API_KEY": "sk-ENVSECRET"})
+        error, _hint = assert_clean_error(result)
+    assert "ENVSECRET" not in result.stdout + result.stderr
+    assert "HTTP 401" in error
+    assert server.requests[0][1].get("authorization") == "Bearer sk-ENVSECRET"
+
+
+def test_password_in_url_is_redacted_in_http_errors():
+    with ScriptedServer(unauthorized) as server:
+        url = server.url.replace("http://", "http://alice:hunter2@")
+        result = scan(url)
+        error, _hint = assert_clean_error(result)
+    host = server.url.removeprefix("http://")
+    assert "hunter2" not in result.stdout + result.stderr
+    assert f"http://***@{host}/metrics answered HTTP 401" in error
+
+
+def test_password_in_url_is_redacted_when_unreachable():
+    port = free_port()
+    result = scan(f"http://alice:hunter2@127.0.0.1:{port}", "--metrics-url", f"http://bob:s3cr3t@127.0.0.1:{port}/m")
+    error, _hint = assert_clean_error(result)
+    assert "hunter2" not in result.stdout + result.stderr
+    assert "s3cr3t" not in result.stdout + result.stderr
+    assert f"http://***@127.0.0.1:{port}/m" in error
+
+
+def test_password_in_url_is_redacted_in_usage_errors():
+    result = run_cli("scan", "ftp://alice:hunter2@example.invalid/")
+    error, _hint = assert_clean_error(result)
+    assert "hunter2" not in result.stdout + result.stderr
+    assert "ftp://***@example.invalid/" in error
+
+
+# ---------------------------------------------------------------------------------------------
+# --insecure
+
+
+def test_insecure_flag_is_accepted_on_plain_http():
+    with ScriptedServer(growing_vllm) as server:
+        result = scan(server.url, "--insecure", "--api-key", "sk-SECRET123", "--json")
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.returncode in (0, 1), result.stderr
+    verdict = json.loads(result.stdout)
+    assert verdict["target"] == server.url
+    assert "sk-SECRET123" not in result.stdout + result.stderr
+    assert len(server.requests) == 3
+    assert all(h.get("authorization") == "Bearer sk-SECRET123" for _, h in server.requests)
