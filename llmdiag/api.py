@@ -29,6 +29,7 @@ def diagnose_files(paths: list[Path], settings: Settings | None = None, max_byte
     """Judge saved /metrics dumps: one gives lifetime averages, two or more a window between them."""
     kwargs = {"max_bytes": max_bytes} if max_bytes else {}
     signals = collect_files(paths, **kwargs)
-    verdict = build_verdict(signals, settings, target=", ".join(str(p) for p in paths))
+    target = str(paths[0]) if len(paths) == 1 else f"{len(paths)} dumps: {paths[0]} … {paths[-1]}"
+    verdict = build_verdict(signals, settings, target=target)
     verdict.tool_version = __version__
     return verdict

@@ -62,7 +62,7 @@ class Signal(BaseModel):
     """One measured quantity over the window.
 
     ``stats`` holds what the kind allows: gauges ``last/mean/min/max``; counters ``rate/increase``;
-    histograms ``p50/p90/p99/mean/count``; derived signals ``value``.
+    histograms ``p50/p90/p99/mean/count/sum``; derived signals ``value``.
     """
 
     name: str

@@ -21,15 +21,18 @@ class Derived:
     name: str
     unit: str
     help: str
+    formula: str
     compute: Callable[[SignalSet], float]
 
 
 REGISTRY: list[Derived] = []
 
 
-def derived(name: str, unit: str, help: str) -> Callable[[Callable[[SignalSet], float]], Callable[[SignalSet], float]]:
+def derived(
+    name: str, unit: str, help: str, formula: str
+) -> Callable[[Callable[[SignalSet], float]], Callable[[SignalSet], float]]:
     def register(fn: Callable[[SignalSet], float]) -> Callable[[SignalSet], float]:
-        REGISTRY.append(Derived(name, unit, help, fn))
+        REGISTRY.append(Derived(name, unit, help, formula, fn))
         return fn
 
     return register
@@ -54,12 +57,22 @@ def _share(signals: SignalSet, part: str, whole: str) -> float:
     return need(signals, part, "mean") / whole_mean
 
 
-@derived("queue_share_of_ttft_ratio", "ratio", "Mean queue time over mean time to first token in the window.")
+@derived(
+    "queue_share_of_ttft_ratio",
+    "ratio",
+    "Mean queue time over mean time to first token in the window.",
+    formula="mean(queue_time) / mean(ttft)",
+)
 def queue_share_of_ttft(signals: SignalSet) -> float:
     return _share(signals, "queue_time_seconds", "ttft_seconds")
 
 
-@derived("prefill_share_of_ttft_ratio", "ratio", "Mean prefill time over mean time to first token in the window.")
+@derived(
+    "prefill_share_of_ttft_ratio",
+    "ratio",
+    "Mean prefill time over mean time to first token in the window.",
+    formula="mean(prefill_time) / mean(ttft)",
+)
 def prefill_share_of_ttft(signals: SignalSet) -> float:
     return _share(signals, "prefill_time_seconds", "ttft_seconds")
 
@@ -68,6 +81,7 @@ def prefill_share_of_ttft(signals: SignalSet) -> float:
     "frontend_overhead_seconds",
     "seconds",
     "Mean TTFT minus mean queue and prefill time: tokenization, IPC and API-server CPU.",
+    formula="mean(ttft) - mean(queue_time) - mean(prefill_time)",
 )
 def frontend_overhead(signals: SignalSet) -> float:
     return (
@@ -77,7 +91,12 @@ def frontend_overhead(signals: SignalSet) -> float:
     )
 
 
-@derived("prefix_cache_hit_ratio", "ratio", "Prefix-cache hits over lookups in the window.")
+@derived(
+    "prefix_cache_hit_ratio",
+    "ratio",
+    "Prefix-cache hits over lookups in the window.",
+    formula="rate(prefix_cache_hits) / rate(prefix_cache_queries)",
+)
 def prefix_cache_hit(signals: SignalSet) -> float:
     queries = need(signals, "prefix_cache_queries_per_second", "rate")
     if queries <= 0:
@@ -85,45 +104,121 @@ def prefix_cache_hit(signals: SignalSet) -> float:
     return need(signals, "prefix_cache_hits_per_second", "rate") / queries
 
 
+def window_seconds(signals: SignalSet) -> float:
+    duration = signals.window.duration_seconds
+    if not duration or duration <= 0:
+        raise Missing("the window has no duration")
+    return duration
+
+
+def _time_average(signals: SignalSet, histogram: str, gauge: str) -> float:
+    """Little's law: the seconds requests spent in a stage, summed over the window, divided by the window.
+
+    vLLM records these per request, so they see every request; gauges are single samples per scrape
+    (and on vLLM 0.32's CPU backend read 0 most of the time under load). Falls back to the gauge mean.
+    """
+    try:
+        return need(signals, histogram, "sum") / window_seconds(signals)
+    except Missing as no_histogram:
+        try:
+            return need(signals, gauge, "mean")
+        except Missing:
+            raise no_histogram from None
+
+
+@derived(
+    "requests_waiting_avg",
+    "requests",
+    "Time-averaged queue length: request queue time summed over the window / window (Little's law); "
+    "the waiting gauge's mean when no request was scheduled in the window.",
+    formula="sum(queue_time) / window  (Little's law)",
+)
+def requests_waiting_avg(signals: SignalSet) -> float:
+    return _time_average(signals, "queue_time_seconds", "requests_waiting")
+
+
+@derived(
+    "requests_running_avg",
+    "requests",
+    "Time-averaged batch size: request inference time summed over the window / window (Little's law); "
+    "the running gauge's mean when no request finished in the window.",
+    formula="sum(inference_time) / window  (Little's law)",
+)
+def requests_running_avg(signals: SignalSet) -> float:
+    return _time_average(signals, "inference_time_seconds", "requests_running")
+
+
 @derived(
     "requests_in_system",
     "requests",
-    "Mean requests running plus waiting: zero means no traffic in the window.",
+    "Mean requests running plus waiting, from the time averages.",
+    formula="requests_running_avg + requests_waiting_avg",
 )
 def requests_in_system(signals: SignalSet) -> float:
-    return need(signals, "requests_running", "mean") + need(signals, "requests_waiting", "mean")
+    return requests_running_avg(signals) + requests_waiting_avg(signals)
 
 
 @derived(
     "running_at_peak_ratio",
     "ratio",
-    "Share of scrapes in which the running batch sat at its window maximum: near 1 means a hard cap "
+    "Share of scrapes in which the running gauge sat at its window maximum: near 1 means a hard cap "
     "such as --max-num-seqs.",
+    formula="share of scrapes with running gauge = its max",
 )
 def running_at_peak(signals: SignalSet) -> float:
     running = signals.get("requests_running")
     peak = need(signals, "requests_running", "max")
     if running is None or peak <= 0 or not running.samples:
-        raise Missing("no running requests in the window")
+        raise Missing("the running gauge read 0 in every scrape")
     return sum(1 for _, v in running.samples if v >= peak) / len(running.samples)
+
+
+@derived(
+    "running_gauge_zero_under_load_ratio",
+    "ratio",
+    "Share of scrapes whose running gauge read 0 although requests were running on average "
+    "(by Little's law): the gauges are stale or broken.",
+    formula="share of scrapes with running gauge = 0",
+)
+def running_gauge_zero_under_load(signals: SignalSet) -> float:
+    running = signals.get("requests_running")
+    if running is None or running.unavailable or not running.samples:
+        raise Missing("no running gauge")
+    if need(signals, "inference_time_seconds", "sum") / window_seconds(signals) < 1.0:
+        raise Missing("fewer than one request running on average: zero readings are expected")
+    return sum(1 for _, v in running.samples if v == 0) / len(running.samples)
 
 
 @derived(
     "per_user_tokens_per_second",
     "tokens/s",
-    "Output tokens per second each running request receives: generation rate over mean batch size.",
+    "Output tokens per second each running request receives: generation rate over the mean batch size.",
+    formula="rate(generation_tokens) / requests_running_avg",
 )
 def per_user_tokens(signals: SignalSet) -> float:
-    running = need(signals, "requests_running", "mean")
+    running = requests_running_avg(signals)
     if running <= 0:
         raise Missing("no running requests in the window")
     return need(signals, "generation_tokens_per_second", "rate") / running
 
 
 @derived(
+    "preemptions_per_finished_request",
+    "preemptions/request",
+    "Preemptions in the window per request that finished in it (at least one): how often work is redone.",
+    formula="increase(preemptions) / increase(request_success)",
+)
+def preemptions_per_finished_request(signals: SignalSet) -> float:
+    preemptions = need(signals, "preemptions_per_second", "increase")
+    finished = need(signals, "requests_finished_per_second", "increase")
+    return preemptions / max(finished, 1.0)
+
+
+@derived(
     "engine_load_imbalance_ratio",
     "ratio",
     "Busiest engine's mean requests (running + waiting) over the mean across engines; 1.0 is balanced.",
+    formula="max / mean of per-engine running + waiting",
 )
 def engine_imbalance(signals: SignalSet) -> float:
     load: dict[str, float] = {}
@@ -147,6 +242,7 @@ def engine_imbalance(signals: SignalSet) -> float:
     "ratio",
     "Finished requests in the end-to-end latency histogram over the request_success counter; they count "
     "the same events, so far from 1 means a broken exporter.",
+    formula="increase(e2e_latency count) / increase(request_success)",
 )
 def histogram_excess(signals: SignalSet) -> float:
     finished = need(signals, "requests_finished_per_second", "increase")
@@ -160,8 +256,9 @@ def add_derived(signals: SignalSet) -> None:
     for item in REGISTRY:
         try:
             value = item.compute(signals)
-            signal = Signal(name=item.name, kind="derived", unit=item.unit, stats={"value": value}, source=item.help)
+            signal = Signal(name=item.name, kind="derived", unit=item.unit, stats={"value": value})
         except Missing as why:
-            signal = Signal.missing(item.name, "derived", item.unit, str(why), source=item.help)
+            signal = Signal.missing(item.name, "derived", item.unit, str(why))
+        signal.source = f"derived: {item.formula}"
         signal.window_seconds = signals.window.duration_seconds
         signals.add(signal)

@@ -177,7 +177,7 @@ def _experience(signals: SignalSet) -> Experience:
         itl_p50_seconds=val("itl_seconds", "p50"),
         itl_p90_seconds=val("itl_seconds", "p90"),
         per_user_tokens_per_second=val("per_user_tokens_per_second", "value"),
-        requests_running_mean=val("requests_running", "mean"),
+        requests_running_mean=val("requests_running_avg", "value"),
         generation_tokens_per_second=val("generation_tokens_per_second", "rate"),
     )
 
@@ -237,8 +237,9 @@ def _summary(bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet
     if bottleneck is Bottleneck.healthy:
         return render_summary(
             "Healthy: {generation_tokens_per_second.rate:.0f} output tokens/s across "
-            "{requests_running.mean:.1f} running requests, none waiting for long; TTFT p50 "
-            "{ttft_seconds.p50:.3f} s, inter-token latency p50 {itl_seconds.p50:.3f} s.",
+            "{requests_running_avg.value:.1f} running requests ({per_user_tokens_per_second.value:.0f} tokens/s "
+            "each), {requests_waiting_avg.value:.1f} waiting on average; TTFT p50 {ttft_seconds.p50:.3f} s, "
+            "inter-token latency p50 {itl_seconds.p50:.3f} s.",
             signals,
         )
     return "Unknown: too little evidence to judge; missing " + ", ".join(missing) + "."

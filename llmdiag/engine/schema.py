@@ -12,7 +12,7 @@ from llmdiag.model import Category
 STAT_NAMES = {
     "gauge": {"last", "mean", "min", "max", "p90"},
     "counter": {"rate", "increase"},
-    "histogram": {"p50", "p90", "p99", "mean", "count"},
+    "histogram": {"p50", "p90", "p99", "mean", "count", "sum"},
     "info": {"value"},
     "derived": {"value"},
 }

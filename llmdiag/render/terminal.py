@@ -31,6 +31,8 @@ def format_value(value: float | None, unit: str) -> str:
         return f"{value * 1000:.1f} ms" if abs(value) < 1 else f"{value:.2f} s"
     if unit in ("requests", "blocks", "tokens", "count"):
         return f"{value:.1f} {unit}" if value != int(value) else f"{value:.0f} {unit}"
+    if abs(value) >= 100:
+        return f"{value:,.0f} {unit}"
     return f"{value:.3g} {unit}"
 
 
@@ -69,7 +71,7 @@ def _evidence_table(evidence: list[Evidence]) -> Table:
     for item in evidence:
         threshold = f"{item.op} {format_value(item.threshold, item.unit)}" if item.threshold is not None else ""
         table.add_row(
-            f"{item.signal} {item.stat}",
+            item.signal if item.stat == "value" else f"{item.signal} {item.stat}",
             format_value(item.value, item.unit),
             threshold,
             item.source,
@@ -77,7 +79,7 @@ def _evidence_table(evidence: list[Evidence]) -> Table:
     return table
 
 
-def _finding(finding: Finding, server_name: str) -> RenderableType:
+def _finding(finding: Finding, verbose: bool) -> RenderableType:
     head = Text()
     head.append(f"{finding.severity.value.upper():8}", style=SEVERITY_STYLE[finding.severity])
     head.append(f" {finding.code} ", style="bold")
@@ -91,7 +93,7 @@ def _finding(finding: Finding, server_name: str) -> RenderableType:
     return Group(
         head,
         Text(f"  {finding.summary}"),
-        Text(f"  Why: {finding.why}", style="dim") if finding.why else Text(""),
+        Text(f"  Why: {finding.why}", style="dim") if finding.why and verbose else Text(""),
         _evidence_table(finding.evidence),
         fixes,
     )
@@ -125,11 +127,10 @@ def _coverage(verdict: Verdict) -> RenderableType:
 
 
 def render_terminal(verdict: Verdict, verbose: bool = False) -> RenderableType:
-    server = verdict.coverage.probes[0].probe if verdict.coverage.probes else ""
     parts: list[RenderableType] = [_context(verdict), Panel(_headline(verdict), expand=False)]
     if verdict.findings:
         parts.append(Text("\nFindings", style="bold underline"))
-        parts += [_finding(f, server) for f in verdict.findings]
+        parts += [_finding(f, verbose) for f in verdict.findings]
     parts.append(Text("\nWhat users see now", style="bold underline"))
     parts.append(_experience(verdict))
     parts.append(Text("\nCoverage", style="bold underline"))

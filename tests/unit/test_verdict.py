@@ -25,8 +25,11 @@ HEALTHY = dict(
     prompt_tokens_per_second={"rate": 450.0, "increase": 9000.0},
     ttft_seconds={"p50": 0.01, "p90": 0.02, "mean": 0.012, "count": 140},
     itl_seconds={"p50": 0.004, "p90": 0.006, "mean": 0.0045, "count": 17000},
-    queue_time_seconds={"p50": 0.001, "mean": 0.001, "count": 140},
+    queue_time_seconds={"p50": 0.001, "mean": 0.001, "count": 140, "sum": 0.14},
     prefill_time_seconds={"p50": 0.008, "mean": 0.009, "count": 140},
+    # 140 requests × 0.57 s in the batch over a 20 s window: 4 running on average
+    inference_time_seconds={"p50": 0.55, "mean": 0.57, "count": 140, "sum": 80.0},
+    requests_finished_per_second={"rate": 7.0, "increase": 140.0},
 )
 
 
@@ -34,8 +37,8 @@ def test_light_load_is_healthy_with_user_numbers():
     verdict = build_verdict(make(**HEALTHY))
     assert verdict.bottleneck is Bottleneck.healthy
     assert verdict.findings == []
-    assert verdict.experience.per_user_tokens_per_second == 225.0
-    assert "900 output tokens/s" in verdict.summary
+    assert verdict.experience.per_user_tokens_per_second == 900.0 / 4
+    assert "900 output tokens/s across 4.0 running requests (225 tokens/s each)" in verdict.summary
     assert verdict.confidence_label == "high"
 
 
@@ -67,14 +70,18 @@ def test_kv_starved_is_memory_even_though_queue_time_also_dominates():
         requests_waiting={"mean": 30, "max": 31, "min": 29, "last": 30, "p90": 31},
         kv_cache_usage_ratio={"mean": 0.8, "max": 1.0, "p90": 0.98},
         preemptions_per_second={"rate": 0.6, "increase": 12},
+        requests_finished_per_second={"rate": 0.5, "increase": 10.0},
         ttft_seconds={"p50": 20.0, "p90": 40.0, "mean": 22.0, "count": 10},
-        queue_time_seconds={"p50": 19.0, "mean": 21.0, "count": 10},
+        queue_time_seconds={"p50": 19.0, "mean": 21.0, "count": 10, "sum": 210.0},
     )
     verdict = build_verdict(make(**starved))
     assert verdict.bottleneck is Bottleneck.memory
     primary = verdict.findings[0]
     assert primary.code == "MEM001"
-    assert {e.signal: e.value for e in primary.evidence}["preemptions_per_second"] == 0.6
+    evidence = {e.signal: e.value for e in primary.evidence}
+    assert evidence["preemptions_per_second"] == 0.6
+    assert evidence["preemptions_per_finished_request"] == 12 / 10
+    assert evidence["requests_waiting_avg"] == 210.0 / 20
     # scheduling rules are gated off by the preemptions: memory is the root cause
     assert all(f.category is not Category.scheduling for f in verdict.findings)
 
@@ -85,16 +92,16 @@ def test_max_num_seqs_cap_is_scheduling():
         requests_running={"mean": 2, "max": 2, "min": 2, "last": 2, "p90": 2},
         requests_waiting={"mean": 30, "max": 30, "min": 29, "last": 30, "p90": 30},
         ttft_seconds={"p50": 5.0, "p90": 7.0, "mean": 5.2, "count": 40},
-        queue_time_seconds={"p50": 4.9, "mean": 5.0, "count": 40},
+        queue_time_seconds={"p50": 4.9, "mean": 5.0, "count": 40, "sum": 200.0},
     )
     signals = make(**capped)
-    signals.signals["requests_running"].samples = [(float(t), 2.0) for t in range(21)]
     verdict = build_verdict(signals)
     assert verdict.bottleneck is Bottleneck.scheduling
     codes = {f.code for f in verdict.findings}
     assert {"SCH001", "SCH002"} <= codes
     sch001 = next(f for f in verdict.findings if f.code == "SCH001")
-    assert {e.signal: e.value for e in sch001.evidence}["requests_waiting"] == 30
+    # 40 requests waited 5 s each in a 20 s window: 10 waiting on average (Little's law)
+    assert {e.signal: e.value for e in sch001.evidence}["requests_waiting_avg"] == 10.0
 
 
 def test_network_is_reported_not_evaluated_never_fine():

@@ -1,0 +1,108 @@
+"""Real vLLM 0.32 /metrics pages recorded in five states (tests/fixtures/vllm-0.32.0, see its README):
+each must give its class and the evidence numbers, from saved dumps and from a live scan replaying them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmdiag.api import diagnose_files
+from tests.conftest import FIXTURES, run_cli
+from tests.httpserver import ReplayResponder, ScriptedServer
+
+STATES = FIXTURES / "vllm-0.32.0"
+
+
+def dumps(state: str):
+    return sorted((STATES / state).glob("scrape-*.prom"))
+
+
+def evidence(verdict, code: str) -> dict[str, float | None]:
+    finding = next(f for f in verdict.findings if f.code == code)
+    return {e.signal: e.value for e in finding.evidence}
+
+
+def test_idle():
+    verdict = diagnose_files(dumps("idle"))
+    assert verdict.bottleneck.value == "idle"
+    assert verdict.findings == []
+    assert verdict.signals["generation_tokens_per_second"].stats["increase"] == 0
+
+
+def test_healthy():
+    verdict = diagnose_files(dumps("healthy"))
+    assert verdict.bottleneck.value == "healthy"
+    assert {f.category.value for f in verdict.findings} <= {"sanity"}
+    assert verdict.signals["generation_tokens_per_second"].stats["rate"] > 100
+    assert verdict.signals["requests_waiting_avg"].stats["value"] < 0.5
+    # 4 closed-loop users: between 1 and 4 in the batch on average
+    assert 1 <= verdict.signals["requests_running_avg"].stats["value"] <= 4
+
+
+def test_max_num_seqs_2_is_scheduling():
+    verdict = diagnose_files(dumps("scheduling"))
+    assert verdict.bottleneck.value == "scheduling"
+    assert verdict.findings[0].code == "SCH001"
+    numbers = evidence(verdict, "SCH001")
+    assert numbers["requests_waiting_avg"] > 4  # critical threshold
+    assert numbers["requests_running_avg"] <= 2.05  # the --max-num-seqs cap
+    assert numbers["preemptions_per_second"] == 0
+    assert evidence(verdict, "SCH002")["queue_share_of_ttft_ratio"] > 0.8
+
+
+def test_kv_starved_is_memory():
+    verdict = diagnose_files(dumps("memory"))
+    assert verdict.bottleneck.value == "memory"
+    assert verdict.findings[0].code == "MEM001"
+    numbers = evidence(verdict, "MEM001")
+    assert numbers["preemptions_per_second"] > 0
+    assert numbers["preemptions_per_finished_request"] >= 0.2
+    assert numbers["requests_waiting_avg"] > 10
+    assert numbers["kv_cache_usage_ratio"] >= 0.6
+    assert not any(f.category.value in ("scheduling", "compute") for f in verdict.findings)
+
+
+def test_queue_cap_is_scheduling_with_rejections():
+    verdict = diagnose_files(dumps("admission"))
+    assert verdict.bottleneck.value == "scheduling"
+    numbers = evidence(verdict, "SCH004")
+    assert numbers["admission_rejections_per_second"] > 1
+
+
+def test_stale_gauges_are_called_out():
+    verdict = diagnose_files(dumps("scheduling"))
+    san = next(f for f in verdict.findings if f.code == "SAN004")
+    assert san.evidence[0].value == 1.0  # the running gauge read 0 in every scrape
+
+
+def test_single_dump_uses_lifetime_averages_and_says_so():
+    verdict = diagnose_files(dumps("scheduling")[-1:])
+    assert verdict.window.kind == "lifetime"
+    assert "lifetime" in verdict.window.note
+    assert any("lifetime" in note for note in verdict.notes)
+    assert verdict.confidence < diagnose_files(dumps("scheduling")).confidence
+
+
+@pytest.mark.parametrize(
+    ("state", "expected", "code"), [("memory", "memory", "MEM001"), ("scheduling", "scheduling", "SCH001")]
+)
+def test_live_scan_of_a_replayed_server(state: str, expected: str, code: str):
+    with ScriptedServer(ReplayResponder(dumps(state))) as server:
+        result = run_cli("scan", server.url, "--duration", "4", "--json", "--fail-on", "never")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["schema_version"] == "1"
+    assert data["bottleneck"] == expected
+    assert data["findings"][0]["code"] == code
+    assert data["window"]["scrapes"] >= 3
+
+
+def test_terminal_output_names_class_evidence_and_flags():
+    result = run_cli("analyze", *map(str, dumps("memory")))
+    assert result.returncode == 1  # a critical finding, default --fail-on critical
+    out = result.stdout
+    assert "MEMORY-BOUND" in out
+    assert "MEM001" in out and "preemptions_per_second" in out
+    assert "--gpu-memory-utilization" in out
+    assert "network" in out and "not evaluated" in out
