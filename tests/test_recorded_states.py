@@ -70,8 +70,26 @@ def test_queue_cap_is_scheduling_with_rejections():
     assert numbers["admission_rejections_per_second"] > 1
 
 
-def test_stale_gauges_are_called_out():
-    verdict = diagnose_files(dumps("scheduling"))
+def test_139m_model_is_compute():
+    verdict = diagnose_files(dumps("compute"))
+    assert verdict.bottleneck.value == "compute"
+    assert verdict.findings[0].category.value == "compute"
+    prefill = evidence(verdict, "CMP002")
+    assert prefill["prefill_time_seconds"] >= 0.5
+    assert prefill["prefill_share_of_ttft_ratio"] >= 0.5
+    cmp001 = next(f for f in verdict.findings if f.code == "CMP001")
+    ladder = cmp001.evidence[0]
+    assert (ladder.signal, ladder.stat) == ("itl_seconds", "mean")
+    assert ladder.value >= 0.05  # mean time per output token: under 20 tokens/s per user
+    assert evidence(verdict, "CMP001")["preemptions_per_second"] == 0
+
+
+def test_gauges_sampled_at_the_wrong_moments_are_called_out_and_not_believed():
+    # recorded while the scraper was starved: every gauge read 0, the request timings did not lie
+    verdict = diagnose_files(dumps("scheduling-starved"))
+    assert verdict.signals["requests_waiting"].stats["max"] == 0
+    assert verdict.bottleneck.value == "scheduling"
+    assert evidence(verdict, "SCH001")["requests_waiting_avg"] > 4
     san = next(f for f in verdict.findings if f.code == "SAN004")
     assert san.evidence[0].value == 1.0  # the running gauge read 0 in every scrape
 
