@@ -1,0 +1,255 @@
+"""End-to-end: put a real vLLM 0.32 (CPU) in a known state, run `llmdiag scan`.
+
+Runs only with LLMDIAG_VLLM_TESTS=1 (see conftest.py). Each test starts a real
+server (cold start ≈ 90 s, warm ≈ 30-65 s), drives a bounded closed-loop load,
+waits for warm-up, then runs the CLI exactly as a user would:
+
+    python -m llmdiag scan <base_url> --duration 15 --json
+
+and checks the diagnosed class and the JSON structure. Never absolute times.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .loadgen import Load
+from .states import STATES, StateSpec
+from .vllm_cpu import VllmServer
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCAN_DURATION = 15
+WARMUP_SECONDS = 8
+# The load must outlast warm-up + scan; the scan's own overhead is small.
+LOAD_SECONDS = WARMUP_SECONDS + SCAN_DURATION + 150
+
+BOTTLENECKS = {"memory", "compute", "scheduling", "network", "healthy", "idle", "unknown"}
+SEVERITIES = {"warning", "critical"}
+GAUGE_SIGNALS = ("requests_running", "requests_waiting", "kv_cache_usage_ratio")
+COUNTER_SIGNALS = ("preemptions_per_second", "generation_tokens_per_second",
+                   "prompt_tokens_per_second", "admission_rejections_per_second")
+HISTOGRAM_SIGNALS = ("ttft_seconds", "itl_seconds", "queue_time_seconds",
+                     "prefill_time_seconds")
+STAT_NAMES = {
+    **{s: ("last", "mean", "min", "max") for s in GAUGE_SIGNALS},
+    **{s: ("rate", "increase") for s in COUNTER_SIGNALS},
+    **{s: ("p50", "p90", "p99", "mean", "count") for s in HISTOGRAM_SIGNALS},
+}
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+class Scan:
+    def __init__(self, rc: int, data: dict, stdout: str, stderr: str) -> None:
+        self.rc, self.data, self.stdout, self.stderr = rc, data, stdout, stderr
+
+    def signal(self, name: str) -> dict:
+        assert name in self.data["signals"], self.describe(f"signal {name} missing")
+        return self.data["signals"][name]
+
+    def stat(self, signal: str, stat: str) -> float:
+        sig = self.signal(signal)
+        assert sig.get("unavailable") is None, self.describe(
+            f"signal {signal} unavailable: {sig.get('unavailable')}")
+        assert stat in sig["stats"], self.describe(f"{signal} has no stat {stat}")
+        return sig["stats"][stat]
+
+    def findings(self, category: str | None = None) -> list[dict]:
+        return [f for f in self.data["findings"]
+                if category is None or f["category"] == category]
+
+    def describe(self, msg: str) -> str:
+        return (f"{msg}\n--- scan exit status {self.rc}; JSON:\n"
+                f"{json.dumps(self.data, indent=1)[:6000]}\n--- stderr:\n{self.stderr[-3000:]}")
+
+
+def run_scan(server: VllmServer, duration: int = SCAN_DURATION) -> Scan:
+    cmd = [sys.executable, "-m", "llmdiag", "scan", server.base_url,
+           "--duration", str(duration), "--json"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=duration + 180)
+    context = (f"command: {cmd}\nexit status: {proc.returncode}\n--- stdout:\n"
+               f"{proc.stdout[-4000:]}\n--- stderr:\n{proc.stderr[-4000:]}\n"
+               f"--- server log tail ({server.log_path}):\n{server.log_tail(3000)}")
+    # exit status 2 means usage/runtime error; 0/1 are diagnoses.
+    assert proc.returncode in (0, 1), f"scan failed\n{context}"
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError as exc:
+        pytest.fail(f"scan stdout is not JSON ({exc})\n{context}")
+    scan = Scan(proc.returncode, data, proc.stdout, proc.stderr)
+    check_structure(scan)
+    return scan
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def check_structure(scan: Scan) -> None:
+    d = scan.data
+    assert isinstance(d, dict), scan.describe("top level is not an object")
+    assert d.get("bottleneck") in BOTTLENECKS, scan.describe("bad bottleneck")
+    conf = d.get("confidence")
+    assert _is_number(conf) and 0.0 <= conf <= 1.0, scan.describe("bad confidence")
+
+    assert isinstance(d.get("findings"), list), scan.describe("findings is not a list")
+    for f in d["findings"]:
+        assert isinstance(f.get("code"), str) and f["code"], scan.describe(f"finding code: {f}")
+        assert isinstance(f.get("category"), str), scan.describe(f"finding category: {f}")
+        assert f.get("severity") in SEVERITIES, scan.describe(f"finding severity: {f}")
+        assert isinstance(f.get("evidence"), list), scan.describe(f"finding evidence: {f}")
+        for ev in f["evidence"]:
+            for key in ("signal", "stat", "value", "unit", "threshold"):
+                assert key in ev, scan.describe(f"evidence lacks {key}: {ev}")
+            assert isinstance(ev["signal"], str) and isinstance(ev["stat"], str), \
+                scan.describe(f"evidence signal/stat: {ev}")
+
+    signals = d.get("signals")
+    assert isinstance(signals, dict), scan.describe("signals is not a mapping")
+    for name, stats in STAT_NAMES.items():
+        assert name in signals, scan.describe(f"signal {name} missing")
+        sig = signals[name]
+        assert isinstance(sig, dict) and "stats" in sig and "unavailable" in sig, \
+            scan.describe(f"signal {name} malformed: {sig}")
+        assert sig["unavailable"] is None or isinstance(sig["unavailable"], str), \
+            scan.describe(f"signal {name}.unavailable: {sig['unavailable']!r}")
+        assert isinstance(sig["stats"], dict), scan.describe(f"signal {name}.stats")
+        for stat_name, value in sig["stats"].items():
+            assert _is_number(value), scan.describe(f"{name}.{stat_name} = {value!r}")
+        if sig["unavailable"] is None:
+            for stat_name in stats:
+                assert stat_name in sig["stats"], scan.describe(f"{name} lacks {stat_name}")
+                v = sig["stats"][stat_name]
+                assert not math.isnan(v), scan.describe(f"{name}.{stat_name} is NaN")
+    # vLLM 0.32 always exports these (even on an idle server), so the scan
+    # must not call them unavailable. Histograms may legitimately lack
+    # observations in the window (idle), so they are not checked here.
+    for name in GAUGE_SIGNALS + COUNTER_SIGNALS:
+        assert signals[name]["unavailable"] is None, scan.describe(f"{name} unavailable")
+
+
+def drive_and_scan(server: VllmServer, spec: StateSpec) -> tuple[Scan, Load | None]:
+    assert server.is_running(), f"server died before the test\n{server.log_tail()}"
+    if spec.users == 0:
+        return run_scan(server), None
+    with Load(server.base_url, server.model_name, users=spec.users,
+              prompt_tokens=spec.prompt_tokens, output_tokens=spec.output_tokens,
+              max_seconds=LOAD_SECONDS) as load:
+        time.sleep(WARMUP_SECONDS)
+        assert load.running, f"load ended early: {load.error!r} {load.stats.as_dict()}"
+        scan = run_scan(server)
+        still_running = load.running
+    assert load.error is None, f"load generator crashed: {load.error!r}"
+    assert still_running, f"load ended before the scan did: {load.stats.as_dict()}"
+    assert server.is_running(), f"server died under load\n{server.log_tail()}"
+    assert load.stats.started > 0, load.stats.as_dict()
+    return scan, load
+
+
+def start_server(spec: StateSpec, tiny_model: Path, dummy_model: Path | None = None) -> VllmServer:
+    model = dummy_model if spec.model == "dummy139m" else tiny_model
+    assert model is not None
+    return VllmServer(model, model_name=spec.served_model_name,
+                      extra_args=spec.server_args,
+                      kvcache_space_gib=spec.kvcache_space_gib,
+                      engine_nice=spec.engine_nice)
+
+
+def assert_bottleneck(scan: Scan, expected: str) -> None:
+    assert scan.data["bottleneck"] == expected, scan.describe(
+        f"expected bottleneck {expected!r}, got {scan.data['bottleneck']!r}")
+
+
+def finding_evidence(scan: Scan, code: str) -> dict[tuple[str, str], float | None]:
+    """(signal, stat) → value for one finding, which must be present."""
+    found = [f for f in scan.data["findings"] if f["code"] == code]
+    assert found, scan.describe(f"no {code} finding")
+    return {(ev["signal"], ev["stat"]): ev["value"] for ev in found[0]["evidence"]}
+
+
+# --------------------------------------------------------------------------
+# tests (idle must run before healthy: they share one server)
+# --------------------------------------------------------------------------
+def test_idle(default_server: VllmServer) -> None:
+    scan, _ = drive_and_scan(default_server, STATES["idle"])
+    assert_bottleneck(scan, "idle")
+    assert scan.stat("requests_running", "max") == 0, scan.describe("running > 0 while idle")
+
+
+def test_healthy(default_server: VllmServer) -> None:
+    spec = STATES["healthy"]
+    scan, load = drive_and_scan(default_server, spec)
+    assert load is not None and load.stats.ok > 0, load.stats.as_dict()
+    assert load.stats.errors_total == 0, load.stats.as_dict()
+    assert_bottleneck(scan, "healthy")
+    assert not [f for f in scan.data["findings"] if f["category"] != "sanity"], scan.describe("class finding")
+    assert scan.stat("generation_tokens_per_second", "rate") > 0, scan.describe("no tokens")
+    assert scan.stat("preemptions_per_second", "rate") == 0, scan.describe("preemptions")
+    assert not scan.findings("memory"), scan.describe("memory finding on a healthy server")
+
+
+def test_scheduling(tiny_model: Path) -> None:
+    spec = STATES["scheduling"]
+    with start_server(spec, tiny_model) as server:
+        scan, load = drive_and_scan(server, spec)
+        # the same state scanned again gives the same class (stable verdicts)
+        again = run_scan(server, duration=10)
+    assert_bottleneck(scan, "scheduling")
+    assert_bottleneck(again, "scheduling")
+    assert scan.data["findings"][0]["code"] == "SCH001", scan.describe("SCH001 is not the primary finding")
+    numbers = finding_evidence(scan, "SCH001")
+    assert numbers[("requests_waiting_avg", "value")] > 4, scan.describe("queue too short")
+    assert numbers[("requests_running_avg", "value")] <= 2.05, scan.describe("batch above --max-num-seqs 2")
+    assert numbers[("kv_cache_usage_ratio", "max")] < 0.5, scan.describe("KV not idle")
+    assert numbers[("preemptions_per_second", "rate")] == 0, scan.describe("preemptions")
+    assert scan.stat("requests_waiting", "mean") > 5, scan.describe("queue too short")
+
+
+def test_memory(tiny_model: Path) -> None:
+    spec = STATES["memory"]
+    with start_server(spec, tiny_model) as server:
+        scan, load = drive_and_scan(server, spec)
+    assert_bottleneck(scan, "memory")
+    assert scan.data["findings"][0]["code"] == "MEM001", scan.describe("MEM001 is not the primary finding")
+    numbers = finding_evidence(scan, "MEM001")
+    assert numbers[("preemptions_per_finished_request", "value")] >= 0.2, scan.describe("few preemptions")
+    assert numbers[("preemptions_per_second", "rate")] > 0, scan.describe("no preemptions")
+    assert numbers[("requests_waiting_avg", "value")] > 1, scan.describe("nothing waits")
+    assert numbers[("kv_cache_usage_ratio", "max")] >= 0.6, scan.describe("KV not full")
+
+
+def test_admission(tiny_model: Path) -> None:
+    spec = STATES["admission"]
+    with start_server(spec, tiny_model) as server:
+        scan, load = drive_and_scan(server, spec)
+    assert load is not None and load.stats.count_status(503) > 0, (
+        f"load saw no HTTP 503: {load.stats.as_dict() if load else None}")
+    assert_bottleneck(scan, "scheduling")
+    evidence = [ev for f in scan.data["findings"] for ev in f["evidence"]
+                if ev["signal"] == "admission_rejections_per_second"
+                and _is_number(ev["value"]) and ev["value"] > 0]
+    assert evidence, scan.describe("no finding cites admission_rejections_per_second > 0")
+
+
+def test_compute(tiny_model: Path, dummy_139m_model: Path) -> None:
+    spec = STATES["compute"]
+    with start_server(spec, tiny_model, dummy_139m_model) as server:
+        scan, load = drive_and_scan(server, spec)
+    assert load is not None and load.stats.errors_total == 0, load.stats.as_dict()
+    assert_bottleneck(scan, "compute")
+    primary = scan.data["findings"][0]
+    assert primary["category"] == "compute", scan.describe("primary finding is not compute")
+    ladder = primary["evidence"][0]
+    assert ladder["value"] >= ladder["threshold"], scan.describe("ladder value below its threshold")
+    assert scan.stat("preemptions_per_second", "rate") == 0, scan.describe("preemptions")
