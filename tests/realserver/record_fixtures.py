@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from llmdiag.collect.prometheus import bucket_quantile
+
 from .loadgen import Load
 from .states import STATES, StateSpec
 from .vllm_cpu import (
@@ -88,20 +90,8 @@ def buckets(samples, family: str) -> list[tuple[float, float]]:
 
 
 def quantile(bks: list[tuple[float, float]], q: float) -> float | None:
-    """histogram_quantile-style linear interpolation over cumulative buckets."""
-    if not bks or bks[-1][1] <= 0:
-        return None
-    rank = q * bks[-1][1]
-    prev_le, prev_c = 0.0, 0.0
-    for le, c in bks:
-        if c >= rank:
-            if math.isinf(le):
-                return prev_le
-            if c == prev_c:
-                return le
-            return prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c)
-        prev_le, prev_c = le, c
-    return bks[-1][0]
+    """histogram_quantile-style linear interpolation over cumulative buckets (llmdiag's own)."""
+    return bucket_quantile(q, bks)
 
 
 def quantile_bucket(bks: list[tuple[float, float]], q: float) -> list[float] | None:
