@@ -103,24 +103,24 @@ def evaluate_rule(
     muted = settings.mute_reason(rule.code)
     if muted:
         return RuleOutcome(code=rule.code, status="muted", reason=muted), None
+    measured: list[float] = []
     for ref in (rule.severity, *rule.gate):
-        value, why = _lookup(signals, ref)
-        if value is None:
+        found, why = _lookup(signals, ref)
+        if found is None:
             return RuleOutcome(code=rule.code, status="skipped", reason=why), None
-    for cond in rule.gate:
-        value, _ = _lookup(signals, cond)
-        assert value is not None
-        if not cond.holds(value):
-            reason = f"gate not met: {cond.signal}.{cond.stat} = {value:.4g}, needs {cond.op} {cond.value:g}"
+        measured.append(found)
+    value, gate_values = measured[0], measured[1:]
+    for cond, observed in zip(rule.gate, gate_values, strict=True):
+        if not cond.holds(observed):
+            reason = f"gate not met: {cond.signal}.{cond.stat} = {observed:.4g}, needs {cond.op} {cond.value:g}"
             return RuleOutcome(code=rule.code, status="passed", reason=reason), None
     override = settings.rules.get(rule.code)
     warning = override.warning if override and override.warning is not None else rule.severity.warning
     critical = override.critical if override and override.critical is not None else rule.severity.critical
-    value, _ = _lookup(signals, rule.severity)
-    assert value is not None
     severity = _severity(rule.severity, value, warning, critical)
     if severity is None:
-        reason = f"{rule.severity.signal}.{rule.severity.stat} = {value:.4g}, below the warning threshold {warning:g}"
+        ladder = f"{rule.severity.signal}.{rule.severity.stat}"
+        reason = f"{ladder} = {value:.4g}, short of the warning threshold {warning:g}"
         return RuleOutcome(code=rule.code, status="passed", reason=reason), None
     ladder_op = ">=" if rule.severity.direction == "above" else "<="
     threshold = critical if severity is Severity.critical and critical is not None else warning

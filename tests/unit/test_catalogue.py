@@ -11,6 +11,8 @@ import pytest
 
 from llmdiag.engine.derived import REGISTRY
 from llmdiag.engine.loader import load_probe, load_rules, parse_rule
+from llmdiag.engine.evaluate import PLACEHOLDER_RE
+from llmdiag.engine.schema import STAT_NAMES
 from llmdiag.errors import RuleSpecError
 from llmdiag.render.docs import DOC_SECTIONS, render_rule_index, render_rule_markdown
 from tests.conftest import REPO_ROOT
@@ -26,11 +28,16 @@ def test_data_folders_hold_no_code(folder: str):
     assert len(init) == 1, f"{folder}/__init__.py is a one-line marker"
 
 
-def test_every_rule_input_is_a_known_signal():
-    known = {s.name for s in load_probe("vllm").signal} | {d.name for d in REGISTRY} | COLLECTOR_SIGNALS
+def test_every_rule_input_is_a_known_signal_and_stat():
+    kinds = {s.name: s.kind for s in load_probe("vllm").signal}
+    kinds |= {d.name: "derived" for d in REGISTRY} | dict.fromkeys(COLLECTOR_SIGNALS, "derived")
     for rule in load_rules():
         for ref in rule.inputs():
-            assert ref.signal in known, f"{rule.code} reads unknown signal {ref.signal}"
+            assert ref.signal in kinds, f"{rule.code} reads unknown signal {ref.signal}"
+            allowed = STAT_NAMES[kinds[ref.signal]]
+            assert ref.stat in allowed, f"{rule.code}: {ref.signal} is a {kinds[ref.signal]}, stats {sorted(allowed)}"
+        for signal, stat, _ in PLACEHOLDER_RE.findall(rule.summary):
+            assert signal in kinds and stat in STAT_NAMES[kinds[signal]], f"{rule.code} summary: {{{signal}.{stat}}}"
 
 
 def test_codes_are_unique_and_files_are_named_after_them():
