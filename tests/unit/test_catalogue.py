@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from llmdiag.engine.derived import REGISTRY
-from llmdiag.engine.loader import load_probe, load_rules, parse_rule
 from llmdiag.engine.evaluate import PLACEHOLDER_RE
+from llmdiag.engine.loader import load_probe, load_rules, parse_rule
 from llmdiag.engine.schema import STAT_NAMES
 from llmdiag.errors import RuleSpecError
 from llmdiag.render.docs import DOC_SECTIONS, render_rule_index, render_rule_markdown
