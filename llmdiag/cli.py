@@ -177,6 +177,69 @@ def analyze(
     raise typer.Exit(exit_code(verdict, fail_on))
 
 
+@app.command()
+def capacity(
+    users: Annotated[int, typer.Option("--users", help="Users with a request in flight at once.")],
+    prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", help="Prompt length of each request.")],
+    output_tokens: Annotated[int, typer.Option("--output-tokens", help="Output length of each request.")],
+    gpu: Annotated[str | None, typer.Option("--gpu", help="H100, H200, A100 or L4 (SXM parts).")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="llama-3-8b, llama-3-70b, qwen2.5-7b, qwen2.5-72b, mistral-7b, mixtral-8x7b."),
+    ] = None,
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size (GPUs per model replica).")] = 1,
+    model_config: Annotated[
+        Path | None, typer.Option("--model-config", help="A Hugging Face config.json instead of --model.")
+    ] = None,
+    interconnect: Annotated[
+        str | None, typer.Option("--interconnect", help="nvlink, pcie4 or pcie5 (default: NVLink where there is one).")
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        float | None, typer.Option("--gpu-memory-utilization", help="vLLM's share of GPU memory (default 0.92).")
+    ] = None,
+    max_num_seqs: Annotated[
+        int | None, typer.Option("--max-num-seqs", help="vLLM's batch cap (default: vLLM's for that GPU).")
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option("--max-num-batched-tokens", help="vLLM's tokens per step (default: vLLM's).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the capacity report as JSON.")] = False,
+) -> None:
+    """How many users one deployment serves, how fast each one is, and what runs out first (a roofline)."""
+    from llmdiag.engine.capacity import plan_capacity
+    from llmdiag.render.capacity import render_capacity, render_capacity_json
+    from llmdiag.sim.hardware import GPUS, MODELS, load_model_config
+    from llmdiag.sim.physics import DEFAULT_GPU_MEMORY_UTILIZATION
+
+    try:
+        if gpu is None:
+            raise UsageError("no GPU given", f"--gpu NAME; known GPUs: {', '.join(GPUS)}")
+        if model is not None and model_config is not None:
+            raise UsageError("both --model and --model-config given", "pass one of them")
+        if model is None and model_config is None:
+            raise UsageError(
+                "no model given", f"--model NAME (known: {', '.join(MODELS)}) or --model-config PATH/config.json"
+            )
+        report = plan_capacity(
+            gpu,
+            load_model_config(model_config) if model_config is not None else str(model),
+            tp=tp,
+            users=users,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            interconnect=interconnect,
+            gpu_memory_utilization=gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+    except LlmdiagError as error:
+        fail(error)
+    if as_json:
+        sys.stdout.write(render_capacity_json(report) + "\n")
+    else:
+        stdout.print(render_capacity(report))
+
+
 @rules_app.command("list")
 def rules_list() -> None:
     """Every rule: code, class, status and what it catches."""
