@@ -169,7 +169,9 @@ class Experience(BaseModel):
     itl_p50_seconds: float | None = None
     itl_p90_seconds: float | None = None
     per_user_tokens_per_second: float | None = None
+    per_user_tokens_per_second_incl_waiting: float | None = None
     requests_running_mean: float | None = None
+    requests_waiting_mean: float | None = None
     generation_tokens_per_second: float | None = None
 
 

@@ -49,6 +49,11 @@ def test_max_num_seqs_2_is_scheduling():
     assert numbers["requests_running_avg"] <= 3  # the --max-num-seqs cap of 2, plus edge effects
     assert numbers["preemptions_per_second"] == 0
     assert evidence(verdict, "SCH002")["queue_share_of_ttft_ratio"] > 0.8
+    # the capacity question: a user who joins the queue gets far less than a running request does
+    exp = verdict.experience
+    users = exp.requests_running_mean + exp.requests_waiting_mean
+    assert exp.per_user_tokens_per_second_incl_waiting == exp.generation_tokens_per_second / users
+    assert exp.per_user_tokens_per_second_incl_waiting < exp.per_user_tokens_per_second / 5
 
 
 def test_kv_starved_is_memory():

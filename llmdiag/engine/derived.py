@@ -203,6 +203,20 @@ def per_user_tokens(signals: SignalSet) -> float:
 
 
 @derived(
+    "per_user_tokens_per_second_incl_waiting",
+    "tokens/s",
+    "Output tokens per second per user in the system, queued ones included: what a user who just sent a "
+    "request gets on average.",
+    formula="rate(generation_tokens) / (requests_running_avg + requests_waiting_avg)",
+)
+def per_user_tokens_incl_waiting(signals: SignalSet) -> float:
+    users = requests_in_system(signals)
+    if users <= 0:
+        raise Missing("no requests in the window")
+    return need(signals, "generation_tokens_per_second", "rate") / users
+
+
+@derived(
     "preemptions_per_finished_request",
     "preemptions/request",
     "Preemptions in the window per request that finished in it (at least one): how often work is redone.",

@@ -177,7 +177,9 @@ def _experience(signals: SignalSet) -> Experience:
         itl_p50_seconds=val("itl_seconds", "p50"),
         itl_p90_seconds=val("itl_seconds", "p90"),
         per_user_tokens_per_second=val("per_user_tokens_per_second", "value"),
+        per_user_tokens_per_second_incl_waiting=val("per_user_tokens_per_second_incl_waiting", "value"),
         requests_running_mean=val("requests_running_avg", "value"),
+        requests_waiting_mean=val("requests_waiting_avg", "value"),
         generation_tokens_per_second=val("generation_tokens_per_second", "rate"),
     )
 

@@ -107,8 +107,14 @@ def _experience(verdict: Verdict) -> Table:
     table.add_row("inter-token latency p50 / p90", f"{format_value(exp.itl_p50_seconds, 'seconds')} / "
                   f"{format_value(exp.itl_p90_seconds, 'seconds')}")
     table.add_row("output tokens/s, whole server", format_value(exp.generation_tokens_per_second, "tokens/s"))
-    table.add_row("running requests (mean)", format_value(exp.requests_running_mean, "requests"))
-    table.add_row("output tokens/s each user sees", format_value(exp.per_user_tokens_per_second, "tokens/s"))
+    running = format_value(exp.requests_running_mean, "requests")
+    waiting = format_value(exp.requests_waiting_mean, "requests")
+    table.add_row("requests running / waiting (mean)", f"{running} / {waiting}")
+    table.add_row("output tokens/s per running request", format_value(exp.per_user_tokens_per_second, "tokens/s"))
+    table.add_row(
+        "output tokens/s per user, queue included",
+        format_value(exp.per_user_tokens_per_second_incl_waiting, "tokens/s"),
+    )
     return table
 
 
