@@ -103,4 +103,7 @@ def test_wheel_ships_the_catalogue(tmp_path: Path):
     assert "llmdiag/probes/vllm.toml" in names
     assert "llmdiag/rules/memory/MEM001-kv-cache-saturated.toml" in names
     assert "llmdiag/py.typed" in names
+    code_packages = {p.parent.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "llmdiag").rglob("__init__.py")}
+    for package in code_packages:
+        assert f"{package}/__init__.py" in names, f"{package} is not in the wheel: list it in pyproject.toml"
     assert not any(n.startswith(("probes/", "rules/", "tests/")) for n in names)
