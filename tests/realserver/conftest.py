@@ -27,6 +27,30 @@ SKIP_REASON = (
 )
 
 
+# (test, scan seconds, scan wall seconds, verdict JSON) of every real scan, printed at the end of the run
+VERDICTS: list[tuple[str, int, float, dict]] = []
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if not VERDICTS:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("llmdiag verdicts on the real vLLM")
+    for test, duration, wall, data in VERDICTS:
+        primary = data["findings"][0] if data["findings"] else None
+        numbers = ""
+        if primary:
+            numbers = ", ".join(
+                f"{e['signal']}{'' if e['stat'] == 'value' else '.' + e['stat']}="
+                f"{e['value']:.3g}" if isinstance(e["value"], (int, float)) else f"{e['signal']}=unavailable"
+                for e in primary["evidence"][:4]
+            )
+        write(
+            f"{test:18} {data['bottleneck']:10} conf {data['confidence']:.2f}  scan {duration}s in {wall:.1f}s  "
+            f"{primary['code'] + ' ' + primary['severity'] if primary else '-'}  {numbers}"
+        )
+
+
 def vllm_tests_enabled() -> bool:
     return os.environ.get(ENV_FLAG) == "1"
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import VERDICTS
 from .loadgen import Load
 from .states import STATES, StateSpec
 from .vllm_cpu import VllmServer
@@ -77,8 +79,10 @@ class Scan:
 def run_scan(server: VllmServer, duration: int = SCAN_DURATION) -> Scan:
     cmd = [sys.executable, "-m", "llmdiag", "scan", server.base_url,
            "--duration", str(duration), "--json"]
+    started = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=duration + 180)
+    wall = time.monotonic() - started
     context = (f"command: {cmd}\nexit status: {proc.returncode}\n--- stdout:\n"
                f"{proc.stdout[-4000:]}\n--- stderr:\n{proc.stderr[-4000:]}\n"
                f"--- server log tail ({server.log_path}):\n{server.log_tail(3000)}")
@@ -90,6 +94,7 @@ def run_scan(server: VllmServer, duration: int = SCAN_DURATION) -> Scan:
         pytest.fail(f"scan stdout is not JSON ({exc})\n{context}")
     scan = Scan(proc.returncode, data, proc.stdout, proc.stderr)
     check_structure(scan)
+    VERDICTS.append((os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[-1].split(" ")[0], duration, wall, data))
     return scan
 
 
