@@ -35,6 +35,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/sim_throughput.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

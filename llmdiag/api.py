@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from llmdiag import __version__
@@ -22,6 +24,36 @@ def diagnose(
     signals = collect_live(connection, duration_seconds, on_progress=on_progress)
     verdict = build_verdict(signals, settings, target=redact_url(connection.base_url))
     verdict.tool_version = __version__
+    return verdict
+
+
+DEMO_WARMUP_SECONDS = 3.0
+
+
+def run_demo(
+    preset_name: str,
+    duration_seconds: float = DEFAULT_DURATION_SECONDS,
+    settings: Settings | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_phase: Callable[[str], None] | None = None,
+) -> Verdict:
+    """Start the simulator in a preset state, drive its bounded load, and scan it like any server.
+
+    The scan is the same code path as ``diagnose``: the simulator speaks vLLM on the wire.
+    """
+    from llmdiag.sim.presets import get_preset
+    from llmdiag.sim.server import ClosedLoopLoad, SimServer
+
+    preset = get_preset(preset_name)
+    say = on_phase or (lambda _: None)
+    with SimServer(preset) as server:
+        say(f"simulated vLLM at {server.url}: {preset.summary}")
+        max_seconds = DEMO_WARMUP_SECONDS + duration_seconds + 30
+        with ClosedLoopLoad(server.url, server.model, preset.load, max_seconds=max_seconds):
+            say(f"driving {preset.load.users} users for {DEMO_WARMUP_SECONDS:.0f} s before the scan")
+            time.sleep(DEMO_WARMUP_SECONDS)
+            verdict = diagnose(Connection(base_url=server.url), duration_seconds, settings, on_progress)
+    verdict.target = f"llmdiag demo --preset {preset.name} ({verdict.target})"
     return verdict
 
 

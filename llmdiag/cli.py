@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -19,13 +22,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from llmdiag import __version__
-from llmdiag.api import diagnose, diagnose_files
+from llmdiag.api import diagnose, diagnose_files, run_demo
 from llmdiag.collect import DEFAULT_DURATION_SECONDS
 from llmdiag.collect.http import DEFAULT_MAX_METRICS_BYTES, Connection, parse_header
 from llmdiag.config import load_settings
 from llmdiag.engine.loader import find_rule, load_rules
 from llmdiag.errors import LlmdiagError, UsageError
 from llmdiag.model import Severity, Verdict
+from llmdiag.render.files import write_atomic
 from llmdiag.render.json import render_json
 from llmdiag.render.terminal import render_terminal
 
@@ -41,6 +45,10 @@ app = typer.Typer(
 )
 rules_app = typer.Typer(help="The rule catalogue: what llmdiag checks and why.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
+sim_app = typer.Typer(help="The built-in simulated inference server.", no_args_is_help=True)
+app.add_typer(sim_app, name="sim")
+
+DEFAULT_DEMO_PRESET = "scheduling"
 
 stdout = Console(highlight=False, soft_wrap=False)
 stderr = Console(stderr=True, highlight=False)
@@ -117,12 +125,11 @@ def scan(
     verbose: VerboseOpt = False,
 ) -> None:
     """Watch a live server for a window and say what limits it."""
+    if url is None:
+        stderr.print("[dim]no server given: scanning the built-in demo server (`llmdiag demo --help`)[/]")
+        demo(preset=DEFAULT_DEMO_PRESET, duration=duration, output=None, as_json=as_json, fail_on=fail_on,
+             config=config, verbose=verbose)
     try:
-        if url is None:
-            raise UsageError(
-                "no server given",
-                "llmdiag scan http://HOST:PORT  (the built-in demo server is not part of this release yet)",
-            )
         if timeout <= 0:
             raise UsageError(f"--timeout must be positive, got {timeout:g}")
         settings = load_settings(config)
@@ -135,27 +142,106 @@ def scan(
             insecure=insecure,
             max_metrics_bytes=max_metrics_bytes,
         )
-        if as_json or not stderr.is_terminal:
-            verdict = diagnose(connection, duration, settings)
-        else:
-            with Progress(
-                TextColumn("[dim]watching {task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total} scrapes"),
-                TimeRemainingColumn(),
-                console=stderr,
-                transient=True,
-            ) as progress:
-                task = progress.add_task(connection.base_url, total=None)
-
-                def tick(done: int, total: int) -> None:
-                    progress.update(task, completed=done, total=total)
-
-                verdict = diagnose(connection, duration, settings, on_progress=tick)
+        with scan_progress(connection.base_url, quiet=as_json) as tick:
+            verdict = diagnose(connection, duration, settings, on_progress=tick)
     except LlmdiagError as error:
         fail(error)
     emit(verdict, as_json, verbose)
     raise typer.Exit(exit_code(verdict, fail_on))
+
+
+@contextmanager
+def scan_progress(what: str, quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on stderr while scraping, when a person is watching."""
+    if quiet or not stderr.is_terminal:
+        yield None
+        return
+    with Progress(
+        TextColumn("[dim]watching {task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} scrapes"),
+        TimeRemainingColumn(),
+        console=stderr,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(what, total=None)
+        yield lambda done, total: progress.update(task, completed=done, total=total)
+
+
+@app.command()
+def demo(
+    preset: Annotated[
+        str, typer.Option("--preset", help="healthy, memory, compute, scheduling or network.")
+    ] = DEFAULT_DEMO_PRESET,
+    duration: Annotated[float, typer.Option("--duration", "-d", help="Seconds to watch the server.")] = 15.0,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Also write the verdict as JSON to this file.")
+    ] = Path("llmdiag-demo.json"),
+    as_json: JsonOpt = False,
+    fail_on: FailOnOpt = FailOn.never,
+    config: ConfigOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Start the built-in simulated vLLM in a known state, load it, scan it and print the verdict."""
+    try:
+        settings = load_settings(config)
+        with scan_progress(f"the simulated server ({preset})", quiet=as_json) as tick:
+            verdict = run_demo(
+                preset, duration, settings, on_progress=tick,
+                on_phase=None if as_json else lambda line: stderr.print(f"[dim]{escape(line)}[/]"),
+            )
+        if output is not None:
+            write_atomic(output, render_json(verdict) + "\n")
+    except LlmdiagError as error:
+        fail(error)
+    except OSError as exc:
+        fail(LlmdiagError(f"cannot write {output}: {exc.strerror}", "pick another --output path"))
+    emit(verdict, as_json, verbose)
+    if output is not None and not as_json:
+        stderr.print(f"[dim]verdict written to {escape(str(output))}[/]")
+    raise typer.Exit(exit_code(verdict, fail_on))
+
+
+@sim_app.command("serve")
+def sim_serve(
+    preset: Annotated[
+        str, typer.Option("--preset", help="healthy, memory, compute, scheduling or network.")
+    ] = "healthy",
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free one).", min=0, max=65535)] = 8000,
+    time_scale: Annotated[
+        float, typer.Option("--time-scale", help="Simulated seconds per real second.", min=0.001)
+    ] = 1.0,
+    load: Annotated[bool, typer.Option("--load", help="Also drive the preset's own bounded load.")] = False,
+) -> None:
+    """Serve a simulated vLLM (OpenAI API, /metrics, /dcgm/metrics) until Ctrl-C."""
+    from llmdiag.sim.presets import get_preset
+    from llmdiag.sim.server import ClosedLoopLoad, SimServer
+
+    try:
+        chosen = get_preset(preset)
+        server = SimServer(chosen, host=host, port=port, time_scale=time_scale).start()
+    except LlmdiagError as error:
+        fail(error)
+    stdout.print(f"simulated vLLM, preset {chosen.name}: {chosen.summary}")
+    stdout.print(f"  {server.url}  (metrics {server.metrics_url}, DCGM {server.dcgm_url}, model {server.model})")
+    driver = None
+    if load:
+        spec = chosen.load
+        driver = ClosedLoopLoad(f"http://127.0.0.1:{server.port}", server.model, spec, max_seconds=7 * 24 * 3600)
+        driver.start()
+        stdout.print(f"  driving {spec.users} users × ({spec.prompt_tokens} + ~{spec.output_tokens}) tokens")
+    stdout.print("  Ctrl-C stops it")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if driver is not None:
+            driver.stop()
+        server.stop()
+    raise typer.Exit(EXIT_OK)
 
 
 @app.command()

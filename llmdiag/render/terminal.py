@@ -64,10 +64,10 @@ def _context(verdict: Verdict) -> Text:
 
 def _evidence_table(evidence: list[Evidence]) -> Table:
     table = Table(show_header=True, header_style="dim", box=None, padding=(0, 1), pad_edge=False)
-    table.add_column("signal")
-    table.add_column("value", justify="right")
-    table.add_column("threshold", justify="right")
-    table.add_column("source", style="dim")
+    table.add_column("signal", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("threshold", justify="right", no_wrap=True)
+    table.add_column("source", style="dim", no_wrap=True, overflow="ellipsis", ratio=1)
     for item in evidence:
         threshold = f"{item.op} {format_value(item.threshold, item.unit)}" if item.threshold is not None else ""
         table.add_row(

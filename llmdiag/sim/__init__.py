@@ -1,3 +1,5 @@
-"""The built-in model of an inference server: hardware and model tables (``hardware``), the step-time and
-KV-cache physics (``physics``), and the simulator built on them. ``llmdiag.engine.capacity`` reuses the physics.
+"""The built-in model of an inference server: hardware and model tables (``hardware``), step-time and KV-cache
+physics (``physics``), a vLLM-V1-style continuous-batching engine (``engine``), its vLLM and DCGM pages
+(``metrics``), the HTTP server and a closed-loop load driver (``server``), and named states (``presets``).
+``llmdiag.engine.capacity`` reuses the physics.
 """

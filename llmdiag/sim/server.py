@@ -1,0 +1,741 @@
+"""The simulated inference server: the engine run in (scaled) real time behind vLLM's HTTP API, on aiohttp.
+
+    SimServer(preset_or_config)   a context manager; its own event loop in a background thread, bound to
+                                  127.0.0.1 (port 0 by default); ``.url``, ``.metrics_url``, ``.dcgm_url``
+    GET  /metrics                 vLLM 0.33's Prometheus page (``llmdiag.sim.metrics``)
+    GET  /dcgm/metrics            dcgm-exporter's page for the simulated GPUs
+    GET  /health  /v1/models  /version
+    GET  /sim/stats               the simulator's own numbers (steps, lag behind real time, KV blocks) as JSON
+    POST /v1/completions  /v1/chat/completions
+                                  OpenAI-compatible, streaming (SSE) or not, ``stream_options.include_usage``
+
+What a request costs the engine:
+    prompt tokens   ≈ one per whitespace-separated word of the prompt (or of the chat messages' text), one per
+                    id when the prompt is a list of token ids; at least 1. Real BPE tokenizers give ~1.3 tokens
+                    per English word; the simulator keeps the estimate simple so that a load generator can aim at
+                    a prompt length by counting words.
+    output tokens   ``max_tokens`` (``max_completion_tokens`` for chat; ``default_max_tokens`` when absent), finish
+                    reason "length". When the config sets ``stop_after_tokens`` (a model that says EOS there) and
+                    the request does not set ``ignore_eos``, the output stops at max(min_tokens, stop_after_tokens)
+                    with reason "stop" if that comes first.
+    rejections      when --max-num-queued-reqs is reached: HTTP 503 with vLLM's message, counted in
+                    ``vllm:admission_rejections_total{reason="max_num_queued_reqs"}``.
+
+Tokens leave when the engine produces them: at the end of each simulated step every request with new tokens gets
+one SSE event carrying them (one token per event in steady decode; a handler that falls behind sends what piled up
+in one event, as vLLM's ``--stream-interval`` does). The output text is a fixed cycle of plain words.
+
+Timing: the engine's clock is ``time.monotonic()`` × ``time_scale`` from the server's start. A step ends
+``step_time`` after it starts; the runner sleeps until then, delivers the tokens and starts the next step at that
+end, so timer jitter does not slow the simulated GPU. When the host cannot keep up (more than
+``LAG_TOLERANCE_SECONDS`` late), the next step starts at the real time instead and the gap is counted as lag
+(``/sim/stats``): the pages then report what clients really saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import re
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+import aiohttp
+from aiohttp import web
+
+from llmdiag.errors import UsageError
+from llmdiag.sim.engine import AdmissionRejected, Engine, EngineConfig, FinishReason, SimRequest
+from llmdiag.sim.metrics import CONTENT_TYPE, HttpCounts, dcgm_registry, render, vllm_registry
+from llmdiag.sim.presets import LoadSpec, Preset, get_preset
+
+VLLM_VERSION = "0.33.0+llmdiag.sim"  # the vLLM release whose wire format the simulator speaks
+BUSY_MESSAGE = (
+    "The engine is currently busy and cannot accept new requests. Please try again later or on a different instance."
+)
+LAG_TOLERANCE_SECONDS = 0.05
+SHUTDOWN_SECONDS = 2.0
+WORDS = ("the", "model", "answers", "with", "plain", "words", "so", "that", "every", "token", "is", "one", "word",
+         "and", "nothing", "needs", "escaping", "in", "json")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulated server: the engine and the HTTP front end's knobs."""
+
+    engine: EngineConfig
+    default_max_tokens: int = 256  # max_tokens when a request leaves it out
+    stop_after_tokens: int | None = None  # None: the model never says EOS; outputs run to max_tokens
+    time_scale: float = 1.0  # simulated seconds per real second; a real-time scraper sees rates × time_scale
+
+    def __post_init__(self) -> None:
+        if self.time_scale <= 0:
+            raise UsageError(f"time_scale must be positive, got {self.time_scale:g}")
+        if self.default_max_tokens < 1:
+            raise UsageError("default_max_tokens must be at least 1")
+
+
+def as_config(what: str | Preset | SimConfig | EngineConfig) -> SimConfig:
+    if isinstance(what, SimConfig):
+        return what
+    if isinstance(what, EngineConfig):
+        return SimConfig(engine=what)
+    preset = get_preset(what) if isinstance(what, str) else what
+    return SimConfig(engine=preset.engine)
+
+
+class BadRequest(Exception):
+    """A request the OpenAI API would refuse with HTTP 400."""
+
+
+class _Text:
+    """The output text: token i is " " + WORDS[i % len(WORDS)]; slices by token index, no per-token objects."""
+
+    def __init__(self, tokens: int) -> None:
+        pieces = [" " + WORDS[i % len(WORDS)] for i in range(tokens)]
+        self.offsets = [0, *itertools.accumulate(len(p) for p in pieces)]
+        self.text = "".join(pieces)
+
+    def span(self, start: int, end: int) -> str:
+        return self.text[self.offsets[start] : self.offsets[end]]
+
+
+def _count_words(text: object) -> int:
+    return len(text.split()) if isinstance(text, str) else 0
+
+
+def completion_prompt_tokens(prompt: object) -> int:
+    """The prompt's token estimate: words of a string, ids of a token list; one prompt per request."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return max(1, _count_words(prompt))
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return len(prompt)
+    if isinstance(prompt, list) and len(prompt) > 1:
+        raise BadRequest("the simulator serves one prompt per request")
+    raise BadRequest("'prompt' must be a string or a list of token ids")
+
+
+def chat_prompt_tokens(messages: object) -> int:
+    """Words of every message's text (string content or text parts)."""
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty list")
+    words = 0
+    for message in messages:
+        if not isinstance(message, dict):
+            raise BadRequest("each message must be an object with 'role' and 'content'")
+        content = message.get("content")
+        if isinstance(content, list):
+            words += sum(_count_words(part.get("text")) for part in content if isinstance(part, dict))
+        else:
+            words += _count_words(content)
+    return max(1, words)
+
+
+def _int_param(body: dict[str, Any], name: str, minimum: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise BadRequest(f"'{name}' must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _error_body(status: int, message: str, kind: str) -> bytes:
+    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}}).encode()
+
+
+def error_response(status: int, message: str, kind: str = "BadRequestError") -> web.Response:
+    return web.Response(status=status, body=_error_body(status, message, kind), content_type="application/json")
+
+
+class _SseEvents:
+    """vLLM's SSE events for one request. Every event shares a head; the text is plain words from WORDS, so it goes
+    in without JSON escaping (the hot path formats strings instead of calling json.dumps per token)."""
+
+    def __init__(self, request_id: str, model_json: str, chat: bool) -> None:
+        self.chat = chat
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{request_id}"
+        self.object = "chat.completion.chunk" if chat else "text_completion"
+        self.created = int(time.time())
+        self.model_json = model_json
+        self.head = (f'data: {{"id":"{self.id}","object":"{self.object}","created":{self.created},'
+                     f'"model":{model_json},"choices":[{{"index":0,')  # fmt: skip
+
+    def role(self) -> bytes:
+        delta = '"delta":{"role":"assistant","content":""}'
+        return f'{self.head}{delta},"logprobs":null,"finish_reason":null}}]}}\n\n'.encode()
+
+    def tokens(self, text: str, finish_reason: str | None) -> bytes:
+        reason = f'"{finish_reason}"' if finish_reason else "null"
+        if self.chat:
+            delta = f'"delta":{{"content":"{text}"}}'
+            return f'{self.head}{delta},"logprobs":null,"finish_reason":{reason}}}]}}\n\n'.encode()
+        return (f'{self.head}"text":"{text}","logprobs":null,"finish_reason":{reason},"stop_reason":null}}],'
+                '"usage":null}\n\n').encode()  # fmt: skip
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+        """The last event with stream_options.include_usage: no choices, the token counts."""
+        numbers = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+                   "completion_tokens": completion_tokens}  # fmt: skip
+        chunk = {"id": self.id, "object": self.object, "created": self.created, "model": json.loads(self.model_json),
+                 "choices": [], "usage": numbers}  # fmt: skip
+        return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
+
+
+class EngineRunner:
+    """Runs the engine in (scaled) real time on the current event loop and wakes requests as tokens come out."""
+
+    def __init__(self, engine: Engine, time_scale: float = 1.0) -> None:
+        self.engine = engine
+        self.time_scale = time_scale
+        self._origin = time.monotonic()
+        self.lag_seconds = 0.0  # simulated time the host fell behind the physics, summed
+        self._wakeup: asyncio.Event | None = None
+
+    def clock(self) -> float:
+        """Simulated seconds since the server started."""
+        return (time.monotonic() - self._origin) * self.time_scale
+
+    def wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    async def run(self) -> None:
+        engine = self.engine
+        self._wakeup = asyncio.Event()
+        resume_at: float | None = None  # the end of the last step, where the next one starts
+        while True:
+            if not engine.has_work():
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                resume_at = None
+                continue
+            now = self.clock()
+            if resume_at is not None and now - resume_at <= LAG_TOLERANCE_SECONDS:
+                start = resume_at
+            else:
+                if resume_at is not None:
+                    self.lag_seconds += now - resume_at
+                start = now
+            step = engine.schedule(start)
+            if step is None and start < now:  # only requests that arrived after the catch-up point: start now
+                step = engine.schedule(now)
+            if step is None:  # cannot happen with a valid config; never spin
+                resume_at = None
+                await asyncio.sleep(0.001)
+                continue
+            await asyncio.sleep(max(0.0, (step.end - self.clock()) / self.time_scale))
+            for request in engine.complete(step):
+                if request.listener is not None:
+                    request.listener()
+            resume_at = step.end
+
+    def shutdown(self) -> None:
+        for request in self.engine.abort_all(self.clock()):
+            if request.listener is not None:
+                request.listener()
+
+
+class SimApp:
+    """The aiohttp application: vLLM's routes over one engine."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.engine = Engine(config.engine)
+        self.runner = EngineRunner(self.engine, config.time_scale)
+        self.wall_start = time.time()
+        self.http = HttpCounts()
+        self.vllm_registry = vllm_registry(self.engine, self.wall_start, self.http)
+        self.dcgm_registry = dcgm_registry(self.engine, self.runner.clock)
+        self.model = config.engine.served_model_name
+        self._model_json = json.dumps(self.model)
+        self._text = _Text(config.engine.model_len)
+        self._ids = itertools.count(1)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/dcgm/metrics", self.dcgm_metrics)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/sim/stats", self.sim_stats)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        self.web_app = app
+
+    # --- plain endpoints ------------------------------------------------------------------------------
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        self.http.add("/metrics", "GET", 200)
+        return web.Response(body=render(self.vllm_registry), headers={"Content-Type": CONTENT_TYPE})
+
+    async def dcgm_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=render(self.dcgm_registry), headers={"Content-Type": CONTENT_TYPE})
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": VLLM_VERSION})
+
+    async def models(self, request: web.Request) -> web.Response:
+        created = int(self.wall_start)
+        card = {"id": self.model, "object": "model", "created": created, "owned_by": "vllm", "root": self.model,
+                "parent": None, "max_model_len": self.config.engine.model_len}  # fmt: skip
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def sim_stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.snapshot())
+
+    def snapshot(self) -> dict[str, Any]:
+        engine, stats = self.engine, self.engine.stats
+        return {
+            "clock_seconds": self.runner.clock(),
+            "lag_seconds": self.runner.lag_seconds,
+            "steps": stats.steps,
+            "busy_seconds": stats.step_seconds,
+            "running": len(engine.running),
+            "waiting": len(engine.waiting),
+            "kv_usage_ratio": engine.kv_usage,
+            "free_blocks": engine.free_blocks,
+            "num_gpu_blocks": engine.num_gpu_blocks,
+            "prompt_tokens": stats.prompt_tokens,
+            "generation_tokens": stats.generation_tokens,
+            "preemptions": stats.preemptions,
+            "request_success": dict(stats.request_success),
+            "admission_rejections": dict(stats.admission_rejections),
+        }
+
+    # --- generation -----------------------------------------------------------------------------------
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    def _sizes(self, body: dict[str, Any], chat: bool) -> tuple[int, int, int, FinishReason]:
+        """(prompt tokens, max_tokens, output tokens, finish reason) as vLLM would settle them."""
+        prompt = chat_prompt_tokens(body.get("messages")) if chat else completion_prompt_tokens(body.get("prompt"))
+        max_len = self.config.engine.model_len
+        n = _int_param(body, "n", 1)
+        if n not in (None, 1):
+            raise BadRequest("the simulator serves n=1 only")
+        max_tokens = _int_param(body, "max_completion_tokens", 1) if chat else None
+        max_tokens = max_tokens or _int_param(body, "max_tokens", 1)
+        if max_tokens is None:
+            max_tokens = min(self.config.default_max_tokens, max_len - prompt)
+        if max_tokens < 1 or prompt + max_tokens > max_len:
+            raise BadRequest(
+                f"This model's maximum context length is {max_len} tokens. However, you requested "
+                f"{prompt + max_tokens} tokens ({prompt} in the messages, {max_tokens} in the completion). "
+                "Please reduce the length of the messages or completion."
+            )
+        min_tokens = _int_param(body, "min_tokens", 0) or 0
+        if min_tokens > max_tokens:
+            raise BadRequest(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.")
+        stop_at = self.config.stop_after_tokens
+        if stop_at is not None and not body.get("ignore_eos") and max(min_tokens, stop_at) < max_tokens:
+            return prompt, max_tokens, max(1, min_tokens, stop_at), "stop"
+        return prompt, max_tokens, max_tokens, "length"
+
+    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        handler = request.path
+        try:
+            try:
+                body = await request.json()
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise BadRequest("the request body is not valid JSON") from None
+            if not isinstance(body, dict):
+                raise BadRequest("the request body must be a JSON object")
+            model = body.get("model")
+            if model is not None and model != self.model:
+                self.http.add(handler, "POST", 404)
+                return error_response(404, f"The model `{model}` does not exist.", "NotFoundError")
+            prompt, max_tokens, output, reason = self._sizes(body, chat)
+        except BadRequest as exc:
+            self.http.add(handler, "POST", 400)
+            return error_response(400, str(exc))
+        sim = SimRequest(f"{next(self._ids):x}", prompt, output, self.runner.clock(), reason, max_tokens)
+        try:
+            self.engine.add_request(sim)
+        except AdmissionRejected:
+            self.http.add(handler, "POST", 503)
+            return error_response(503, BUSY_MESSAGE, "Service Unavailable")
+        self.runner.wake()
+        self.http.add(handler, "POST", 200)
+        stream = bool(body.get("stream"))
+        options = body.get("stream_options")
+        usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
+        try:
+            if stream:
+                return await self._stream(request, sim, chat, usage)
+            return await self._whole(sim, chat)
+        finally:
+            if not sim.finished:  # the client went away (handler cancelled) or writing failed
+                self.engine.abort(sim, self.runner.clock())
+
+    async def _whole(self, sim: SimRequest, chat: bool) -> web.Response:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def on_output() -> None:
+            if sim.finished and not done.done():
+                done.set_result(None)
+
+        sim.listener = on_output
+        await done
+        text = self._text.span(0, sim.generated)
+        usage = {"prompt_tokens": sim.prompt_tokens, "total_tokens": sim.prompt_tokens + sim.generated,
+                 "completion_tokens": sim.generated}  # fmt: skip
+        head = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{sim.request_id}",
+                "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
+                "model": self.model}  # fmt: skip
+        choice: dict[str, Any] = {"index": 0}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        choice.update(logprobs=None, finish_reason=sim.finish_reason, stop_reason=None)
+        return web.json_response({**head, "choices": [choice], "usage": usage})
+
+    async def _stream(self, request: web.Request, sim: SimRequest, chat: bool, usage: bool) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        waiter: list[asyncio.Future[None] | None] = [None]
+
+        def on_output() -> None:
+            future = waiter[0]
+            if future is not None and not future.done():
+                future.set_result(None)
+
+        sim.listener = on_output
+        events = _SseEvents(sim.request_id, self._model_json, chat)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                               "Cache-Control": "no-cache"})  # fmt: skip
+        await response.prepare(request)
+        try:
+            pending = events.role() if chat else b""  # vLLM's first chat event names the role
+            sent = 0
+            while True:
+                if sim.generated == sent and not sim.finished:
+                    waiter[0] = loop.create_future()
+                    await waiter[0]
+                produced = sim.generated
+                if produced == sent and not sim.finished:
+                    continue
+                reason = sim.finish_reason if sim.finished else None
+                await response.write(pending + events.tokens(self._text.span(sent, produced), reason))
+                pending, sent = b"", produced
+                if sim.finished:
+                    break
+            if usage:
+                await response.write(events.usage(sim.prompt_tokens, sim.generated))
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except ConnectionError:  # the client hung up mid-stream; _generate aborts the request
+            pass
+        return response
+
+    def shutdown(self) -> None:
+        self.runner.shutdown()
+
+
+class SimServer:
+    """A simulated vLLM on its own event loop in a background thread.
+
+        with SimServer("memory") as server:
+            ... server.url, server.metrics_url, server.dcgm_url ...
+
+    ``preset_or_config`` is a preset name (``llmdiag.sim.presets``), a Preset, a SimConfig or an EngineConfig.
+    """
+
+    def __init__(
+        self,
+        preset_or_config: str | Preset | SimConfig | EngineConfig,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        time_scale: float | None = None,
+    ) -> None:
+        config = as_config(preset_or_config)
+        if time_scale is not None:
+            config = SimConfig(config.engine, config.default_max_tokens, config.stop_after_tokens, time_scale)
+        self.config = config
+        self.host = host
+        self.port = port
+        self.app: SimApp | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self.failure: BaseException | None = None  # what stopped the engine early, if anything did
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.url}/metrics"
+
+    @property
+    def dcgm_url(self) -> str:
+        return f"{self.url}/dcgm/metrics"
+
+    @property
+    def model(self) -> str:
+        return self.config.engine.served_model_name
+
+    def start(self) -> SimServer:
+        if self._thread is not None:
+            raise RuntimeError("the server is already started")
+        self._thread = threading.Thread(target=self._main, name="llmdiag-sim", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout=30):
+            raise UsageError("the simulator did not start within 30 s", "check that the host is not overloaded")
+        if self._error is not None:
+            self._thread.join(timeout=5)
+            if isinstance(self._error, OSError):
+                raise UsageError(
+                    f"the simulator cannot listen on {self.host}:{self.port}: {self._error.strerror or self._error}",
+                    "pick another port, or 0 for any free one",
+                ) from None
+            raise self._error
+        return self
+
+    def stop(self) -> None:
+        """Abort what is in flight, end every stream, close the port. Raises what stopped the engine early."""
+        loop, stop, thread = self._loop, self._stop, self._thread
+        if loop is not None and stop is not None and thread is not None and thread.is_alive():
+            loop.call_soon_threadsafe(stop.set)
+        if thread is not None:
+            thread.join(timeout=SHUTDOWN_SECONDS + 10)
+        if self.failure is not None:
+            raise RuntimeError(f"the simulated engine stopped: {self.failure!r}") from self.failure
+
+    def __enter__(self) -> SimServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def snapshot(self) -> dict[str, Any]:
+        """``/sim/stats`` without HTTP, read on the server's own loop."""
+        if self._loop is None or self.app is None:
+            raise RuntimeError("the server is not running")
+        app = self.app
+
+        async def read() -> dict[str, Any]:
+            return app.snapshot()
+
+        return asyncio.run_coroutine_threadsafe(read(), self._loop).result(timeout=10)
+
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as exc:  # surfaced by start(); a thread has nowhere else to report it
+            self._error = exc
+            self._ready.set()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        app = SimApp(self.config)
+        self.app = app
+        # handler_cancellation: a client that hangs up cancels its handler, which aborts its request
+        runner = web.AppRunner(app.web_app, access_log=None, handler_cancellation=True,
+                               shutdown_timeout=SHUTDOWN_SECONDS)  # fmt: skip
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self.host, self.port, backlog=4096)
+            await site.start()
+            self.port = runner.addresses[0][1]
+            engine_task = asyncio.create_task(app.runner.run(), name="llmdiag-sim-engine")
+            stopping = asyncio.create_task(self._stop.wait())
+            self._ready.set()
+            await asyncio.wait([engine_task, stopping], return_when=asyncio.FIRST_COMPLETED)
+            if engine_task.done() and not engine_task.cancelled() and engine_task.exception() is not None:
+                self.failure = engine_task.exception()  # a bug: end every stream instead of hanging the clients
+            engine_task.cancel()
+            stopping.cancel()
+            app.shutdown()
+            await asyncio.sleep(0)  # let the handlers just woken finish their streams
+        finally:
+            await runner.cleanup()
+
+
+# --- a bounded closed-loop client ----------------------------------------------------------------------------
+
+USAGE_RE = re.compile(rb'"completion_tokens":\s*(\d+)')
+
+
+@dataclass
+class LoadStats:
+    started: int = 0
+    ok: int = 0
+    rejected: int = 0  # HTTP 503
+    errors: Counter[str] = field(default_factory=Counter)  # other failures, by kind
+    completion_tokens: int = 0
+    ttft_seconds: list[float] = field(default_factory=list)  # client side: request sent → first event
+
+
+class ClosedLoopLoad:
+    """``users`` clients on their own event loop in a background thread: each sends one streaming
+    /v1/completions request (ignore_eos, max_tokens drawn from ``load.output_range()``, include_usage) and the
+    next as soon as it ends; after an HTTP error it pauses ``error_backoff_seconds``. Stops after ``max_seconds`` or
+    ``max_requests`` started requests, or when the context manager exits (in-flight requests are cancelled).
+    Talks to loopback only.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        load: LoadSpec,
+        *,
+        max_seconds: float = 60.0,
+        max_requests: int | None = None,
+        error_backoff_seconds: float = 0.05,
+        chat: bool = False,
+        seed: int = 0,
+    ) -> None:
+        host = urlparse(base_url).hostname
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            raise UsageError(f"the load driver only talks to loopback, not {host!r}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.load = load
+        self.max_seconds = max_seconds
+        self.max_requests = max_requests
+        self.error_backoff_seconds = error_backoff_seconds
+        self.chat = chat
+        self.stats = LoadStats()
+        self._rng = random.Random(seed)
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+
+    def start(self) -> ClosedLoopLoad:
+        self._thread = threading.Thread(target=self._main, name="llmdiag-load", daemon=True)
+        self._thread.start()
+        self._ready.wait(timeout=30)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until the load ends by itself (max_seconds or max_requests)."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def __enter__(self) -> ClosedLoopLoad:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._run())
+        finally:
+            loop.close()
+
+    def _payload_head(self) -> bytes:
+        """The request body up to its closing brace; each request appends its own max_tokens."""
+        prompt = " ".join(WORDS[i % len(WORDS)] for i in range(self.load.prompt_tokens))
+        body: dict[str, Any] = {"model": self.model, "ignore_eos": True, "stream": True,
+                                "stream_options": {"include_usage": True}}  # fmt: skip
+        if self.chat:
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        return json.dumps(body, separators=(",", ":"))[:-1].encode()
+
+    async def _run(self) -> None:
+        self._stop = asyncio.Event()
+        self._ready.set()
+        deadline = time.monotonic() + self.max_seconds
+        path = "/v1/chat/completions" if self.chat else "/v1/completions"
+        url, head = self.base_url + path, self._payload_head()
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            users = [asyncio.create_task(self._user(session, url, head, deadline)) for _ in range(self.load.users)]
+            stopper = asyncio.create_task(self._stop.wait())
+            done = asyncio.create_task(asyncio.wait(users))
+            await asyncio.wait([stopper, done], timeout=self.max_seconds + 5, return_when=asyncio.FIRST_COMPLETED)
+            for task in (*users, stopper, done):
+                task.cancel()
+            await asyncio.gather(*users, stopper, done, return_exceptions=True)
+
+    def _more(self, deadline: float) -> bool:
+        if self._stop is not None and self._stop.is_set():
+            return False
+        if self.max_requests is not None and self.stats.started >= self.max_requests:
+            return False
+        return time.monotonic() < deadline
+
+    async def _user(self, session: aiohttp.ClientSession, url: str, head: bytes, deadline: float) -> None:
+        stats = self.stats
+        headers = {"Content-Type": "application/json"}
+        low, high = self.load.output_range()
+        while self._more(deadline):
+            stats.started += 1
+            payload = head + b',"max_tokens":%d}' % self._rng.randint(low, high)
+            sent = time.monotonic()
+            try:
+                async with session.post(url, data=payload, headers=headers) as response:
+                    if response.status != 200:
+                        await response.read()
+                        if response.status == 503:
+                            stats.rejected += 1
+                        else:
+                            stats.errors[f"HTTP {response.status}"] += 1
+                        await asyncio.sleep(self.error_backoff_seconds)
+                        continue
+                    tail = b""
+                    first = True
+                    async for chunk in response.content.iter_any():
+                        if first:
+                            stats.ttft_seconds.append(time.monotonic() - sent)
+                            first = False
+                        tail = (tail + chunk)[-512:]
+                    found = USAGE_RE.search(tail)
+                    if found and tail.rstrip().endswith(b"[DONE]"):
+                        stats.ok += 1
+                        stats.completion_tokens += int(found.group(1))
+                    else:
+                        stats.errors["stream ended early"] += 1
+            except (aiohttp.ClientError, OSError) as exc:
+                stats.errors[type(exc).__name__] += 1
+                await asyncio.sleep(self.error_backoff_seconds)
+
+
+def run_for(server: SimServer, load: LoadSpec, seconds: float, **kwargs: Any) -> LoadStats:
+    """Drive ``load`` against ``server`` for ``seconds`` and return what the clients saw (a blocking helper)."""
+    driver = ClosedLoopLoad(server.url, server.model, load, max_seconds=seconds, **kwargs)
+    with driver:
+        driver.wait(seconds + 10)
+    return driver.stats
+
