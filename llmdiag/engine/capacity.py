@@ -123,27 +123,12 @@ class MemoryReport(BaseModel):
     kv_max_batch_sequences: int
 
 
-class StepReport(BaseModel):
-    flops: float
-    compute_seconds: float
-    hbm_bytes_per_gpu: float
-    memory_seconds: float
-    allreduce_seconds: float
-    scheduler_seconds: float
-    step_seconds: float
-    bound_by: StepBound
-
-    @classmethod
-    def of(cls, step: StepTime) -> StepReport:
-        return cls(**{name: getattr(step, name) for name in cls.model_fields})
-
-
 class OperatingPoint(BaseModel):
     label: str
     batch_sequences: int
     decode_context_tokens: float
     prompt_tokens_per_step: float  # prefill riding along in each step (0 for decode only)
-    step: StepReport
+    step: StepTime  # a frozen dataclass: pydantic validates and serialises it as it is
     per_user_tokens_per_second: float  # what one served user reads
     total_tokens_per_second: float
 
@@ -225,7 +210,7 @@ def _point(label: str, dep: Deployment, batch: int, load: StepLoad, context: flo
         batch_sequences=batch,
         decode_context_tokens=context,
         prompt_tokens_per_step=load.new_tokens - batch,
-        step=StepReport.of(step),
+        step=step,
         per_user_tokens_per_second=1 / step.step_seconds,
         total_tokens_per_second=batch / step.step_seconds,
     )
