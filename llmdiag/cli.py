@@ -289,12 +289,18 @@ def capacity(
     max_num_batched_tokens: Annotated[
         int | None, typer.Option("--max-num-batched-tokens", help="vLLM's tokens per step (default: vLLM's).")
     ] = None,
+    simulate: Annotated[
+        bool, typer.Option("--simulate", help="Also run the built-in simulator for this case and print it.")
+    ] = False,
+    simulate_seconds: Annotated[
+        float, typer.Option("--simulate-seconds", help="Wall time of the --simulate run.", min=2.0)
+    ] = 15.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the capacity report as JSON.")] = False,
 ) -> None:
     """How many users one deployment serves, how fast each one is, and what runs out first (a roofline)."""
     from llmdiag.engine.capacity import plan_capacity
     from llmdiag.render.capacity import render_capacity, render_capacity_json
-    from llmdiag.sim.hardware import GPUS, MODELS, load_model_config
+    from llmdiag.sim.hardware import GPUS, MODELS, find_gpu, find_model, load_model_config
     from llmdiag.sim.physics import DEFAULT_GPU_MEMORY_UTILIZATION
 
     try:
@@ -306,9 +312,11 @@ def capacity(
             raise UsageError(
                 "no model given", f"--model NAME (known: {', '.join(MODELS)}) or --model-config PATH/config.json"
             )
+        gpu_spec = find_gpu(gpu)
+        model_spec = load_model_config(model_config) if model_config is not None else find_model(str(model))
         report = plan_capacity(
-            gpu,
-            load_model_config(model_config) if model_config is not None else str(model),
+            gpu_spec,
+            model_spec,
             tp=tp,
             users=users,
             prompt_tokens=prompt_tokens,
@@ -318,6 +326,14 @@ def capacity(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
         )
+        if simulate:
+            from llmdiag.engine.capacity_sim import simulate_capacity
+
+            if not as_json:
+                stderr.print(f"simulating for {simulate_seconds:g} s …")
+            report.simulated = simulate_capacity(
+                report, gpu_spec, model_spec, interconnect=interconnect, seconds=simulate_seconds
+            )
     except LlmdiagError as error:
         fail(error)
     if as_json:

@@ -105,3 +105,21 @@ def test_missing_and_invalid_numbers():
     result = run_cli("capacity", "--gpu", "H100", "--model", "llama-3-8b", *zero_users)
     assert_usage_error(result, "--users must be at least 1")
     assert_usage_error(run_cli("capacity", "--gpu", "H100", "--model", "llama-3-8b"), "--users")
+
+
+def test_simulate_measures_the_same_case_beside_the_estimate():
+    result = run_cli("capacity", "--gpu", "H100", "--model", "llama-3-8b", "--tp", "1", "--users", "64",
+                     "--prompt-tokens", "256", "--output-tokens", "64", "--simulate", "--simulate-seconds", "5",
+                     "--json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    sim = report["simulated"]
+    assert sim["users"] == 64 and sim["users_capped"] is False
+    assert sim["requests_completed"] > 0 and sim["steps"] > 0
+    assert 0 < sim["mean_batch_sequences"] <= 64
+    assert sim["ttft_samples"] > 0 and 0 < sim["ttft_p50_seconds"] <= sim["ttft_p90_seconds"]
+    assert sim["analytical_total_tokens_per_second"] == report["at_users"]["total_tokens_per_second"]
+    # loose: the closed loop's client turnaround and the warm-up shave some off; never absolute times
+    ratio = sim["total_tokens_per_second"] / report["at_users"]["total_tokens_per_second"]
+    assert 0.3 <= ratio <= 1.5, ratio
+    assert sim["preemptions"] == 0 and sim["limited_by"] is None  # 64 short sequences fit easily

@@ -166,6 +166,39 @@ class SeedArithmetic(BaseModel):
     batching_gain: float  # batched total ÷ single stream
 
 
+class SimulatedCapacity(BaseModel):
+    """What ``--simulate`` measured: the simulator (``llmdiag.sim``) under a closed-loop load of the same case.
+
+    Rates and the batch are taken over the run after its warm-up (the arrival burst); TTFTs over every request.
+    """
+
+    users: int  # simulated users: the requested ones, capped at what one process drives
+    users_capped: bool
+    output_spread: float  # each request's output is drawn from O·(1 ± spread), mean O
+    wall_seconds: float
+    warmup_seconds: float
+    measured_seconds: float  # simulated seconds in the measured window
+    lag_seconds: float  # how far the host fell behind the physics over the whole run (0: kept up)
+    requests_completed: int
+    steps: int  # engine steps in the measured window
+    mean_batch_sequences: float  # running sequences, time-averaged over the window
+    max_batch_sequences: int
+    mean_waiting: float
+    total_tokens_per_second: float  # generated tokens / simulated seconds in the window
+    per_user_tokens_per_second: float  # total ÷ mean batch: what a served user reads
+    mean_per_user_tokens_per_second: float  # total ÷ users: waiting included
+    gpu_busy_tokens_per_second: float  # generated tokens / summed step time: the rate without host lag
+    ttft_p50_seconds: float | None
+    ttft_p90_seconds: float | None
+    ttft_samples: int
+    kv_usage_mean: float
+    kv_usage_max: float
+    preemptions: int
+    analytical_total_tokens_per_second: float  # plan_capacity's at-users total for the simulated users
+    limited_by: Resource | None  # the cap seen, if one was: KV memory or a batch cap
+    limited_detail: str
+
+
 class CapacityReport(BaseModel):
     schema_version: str = CAPACITY_SCHEMA_VERSION
     kind: Literal["capacity"] = "capacity"
@@ -186,6 +219,7 @@ class CapacityReport(BaseModel):
     ttft: TtftBurst
     seed: SeedArithmetic
     notes: list[str] = Field(default_factory=list)
+    simulated: SimulatedCapacity | None = None  # only with --simulate
 
 
 def roofline_decode_tokens_per_second(dep: Deployment, batch_sequences: float, context_tokens: float) -> float:

@@ -50,11 +50,20 @@ def need(signals: SignalSet, name: str, stat: str) -> float:
     return value
 
 
+# a part of TTFT can't exceed TTFT; past this, the two histograms saw different requests
+SHARE_CONSISTENCY_LIMIT = 1.05
+
+
 def _share(signals: SignalSet, part: str, whole: str) -> float:
     whole_mean = need(signals, whole, "mean")
     if whole_mean <= 0:
         raise Missing(f"{whole} mean is zero")
-    return need(signals, part, "mean") / whole_mean
+    share = need(signals, part, "mean") / whole_mean
+    if share > SHARE_CONSISTENCY_LIMIT:
+        # vLLM records TTFT at the first token but queue and prefill times when a request finishes:
+        # a window shorter than the requests compares different requests (seen when load just started)
+        raise Missing(f"mean {part} is {share:.2f}x mean {whole}: the window saw different requests; scan longer")
+    return share
 
 
 @derived(

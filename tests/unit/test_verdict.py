@@ -125,3 +125,16 @@ def test_same_signals_give_the_same_verdict():
     first = build_verdict(make(**HEALTHY))
     second = build_verdict(make(**HEALTHY))
     assert (first.bottleneck, first.confidence) == (second.bottleneck, second.confidence)
+
+
+def test_queue_share_above_one_is_not_trusted():
+    # TTFT is observed at the first token, queue time at the finish: a short window can mix populations
+    mixed = {**HEALTHY}
+    mixed.update(
+        ttft_seconds={"p50": 0.5, "p90": 0.9, "mean": 0.56, "count": 40},
+        queue_time_seconds={"p50": 3.9, "mean": 0.76, "count": 40, "sum": 30.4},
+    )
+    verdict = build_verdict(make(**mixed))
+    share = verdict.signals["queue_share_of_ttft_ratio"]
+    assert share.unavailable and "different requests" in share.unavailable
+    assert "SCH002" not in {f.code for f in verdict.findings}
