@@ -22,6 +22,17 @@ SEVERITY_STYLE = {Severity.critical: "bold red", Severity.warning: "bold yellow"
 UNAVAILABLE = "unavailable"
 
 
+# short unit labels for the terminal; JSON keeps the full unit
+UNIT_LABELS = {
+    "preemptions/request": "per req",
+    "preemptions/s": "/s",
+    "requests/s": "req/s",
+    "tokens/s": "tok/s",
+    "requests": "req",
+    "tokens": "tok",
+}
+
+
 def format_value(value: float | None, unit: str) -> str:
     if value is None:
         return UNAVAILABLE
@@ -29,11 +40,12 @@ def format_value(value: float | None, unit: str) -> str:
         return f"{value:.1%}"
     if unit == "seconds":
         return f"{value * 1000:.1f} ms" if abs(value) < 1 else f"{value:.2f} s"
+    label = UNIT_LABELS.get(unit, unit)
     if unit in ("requests", "blocks", "tokens", "count"):
-        return f"{value:.1f} {unit}" if value != int(value) else f"{value:.0f} {unit}"
+        return f"{value:.1f} {label}" if value != int(value) else f"{value:.0f} {label}"
     if abs(value) >= 100:
-        return f"{value:,.0f} {unit}"
-    return f"{value:.3g} {unit}"
+        return f"{value:,.0f} {label}"
+    return f"{value:.3g} {label}"
 
 
 def _headline(verdict: Verdict) -> RenderableType:
@@ -63,19 +75,19 @@ def _context(verdict: Verdict) -> Text:
 
 
 def _evidence_table(evidence: list[Evidence]) -> Table:
-    table = Table(show_header=True, header_style="dim", box=None, padding=(0, 1), pad_edge=False)
-    table.add_column("signal", no_wrap=True)
-    table.add_column("value", justify="right", no_wrap=True)
-    table.add_column("threshold", justify="right", no_wrap=True)
-    table.add_column("source", style="dim", no_wrap=True, overflow="ellipsis", ratio=1)
+    rows = []
     for item in evidence:
         threshold = f"{item.op} {format_value(item.threshold, item.unit)}" if item.threshold is not None else ""
-        table.add_row(
-            item.signal if item.stat == "value" else f"{item.signal} {item.stat}",
-            format_value(item.value, item.unit),
-            threshold,
-            item.source,
-        )
+        name = item.signal if item.stat == "value" else f"{item.signal} {item.stat}"
+        rows.append((name, format_value(item.value, item.unit), threshold, item.source))
+    table = Table(show_header=True, header_style="dim", box=None, padding=(0, 1), pad_edge=False)
+    # numbers are never cut; only the source column gives way on a narrow terminal
+    for index, (title, justify) in enumerate((("signal", "left"), ("value", "right"), ("threshold", "right"))):
+        width = max([len(title)] + [len(row[index]) for row in rows])
+        table.add_column(title, justify=justify, no_wrap=True, min_width=width)
+    table.add_column("source", style="dim", no_wrap=True, overflow="ellipsis")
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
