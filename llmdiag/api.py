@@ -19,9 +19,10 @@ def diagnose(
     duration_seconds: float = DEFAULT_DURATION_SECONDS,
     settings: Settings | None = None,
     on_progress: ProgressCallback | None = None,
+    dcgm_url: str | None = None,
 ) -> Verdict:
-    """Scan a live server over a window and judge it."""
-    signals = collect_live(connection, duration_seconds, on_progress=on_progress)
+    """Scan a live server (and its GPUs' DCGM exporter page, when given) over a window and judge it."""
+    signals = collect_live(connection, duration_seconds, on_progress=on_progress, dcgm_url=dcgm_url)
     verdict = build_verdict(signals, settings, target=redact_url(connection.base_url))
     verdict.tool_version = __version__
     return verdict
@@ -39,7 +40,8 @@ def run_demo(
 ) -> Verdict:
     """Start the simulator in a preset state, drive its bounded load, and scan it like any server.
 
-    The scan is the same code path as ``diagnose``: the simulator speaks vLLM on the wire.
+    The scan is the same code path as ``diagnose``: the simulator speaks vLLM on the wire, and its DCGM page is
+    read as a dcgm-exporter's would be with ``--dcgm-url``.
     """
     from llmdiag.sim.presets import get_preset
     from llmdiag.sim.server import ClosedLoopLoad, SimServer
@@ -52,7 +54,9 @@ def run_demo(
         with ClosedLoopLoad(server.url, server.model, preset.load, max_seconds=max_seconds):
             say(f"driving {preset.load.users} users for {DEMO_WARMUP_SECONDS:.0f} s before the scan")
             time.sleep(DEMO_WARMUP_SECONDS)
-            verdict = diagnose(Connection(base_url=server.url), duration_seconds, settings, on_progress)
+            verdict = diagnose(
+                Connection(base_url=server.url), duration_seconds, settings, on_progress, dcgm_url=server.dcgm_url
+            )
     verdict.target = f"llmdiag demo --preset {preset.name} ({verdict.target})"
     return verdict
 

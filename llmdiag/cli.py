@@ -118,6 +118,14 @@ def scan(
     ] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each HTTP answer.")] = 5.0,
     insecure: Annotated[bool, typer.Option("--insecure", help="Accept self-signed TLS certificates.")] = False,
+    dcgm_url: Annotated[
+        str | None,
+        typer.Option(
+            "--dcgm-url",
+            help="dcgm-exporter's page for the server's GPUs (e.g. http://HOST:9400/metrics): GPU telemetry "
+            "for the compute and network rules. Sent no credentials.",
+        ),
+    ] = None,
     max_metrics_bytes: MaxBytesOpt = DEFAULT_MAX_METRICS_BYTES,
     as_json: JsonOpt = False,
     fail_on: FailOnOpt = FailOn.critical,
@@ -143,7 +151,7 @@ def scan(
             max_metrics_bytes=max_metrics_bytes,
         )
         with scan_progress(connection.base_url, quiet=as_json) as tick:
-            verdict = diagnose(connection, duration, settings, on_progress=tick)
+            verdict = diagnose(connection, duration, settings, on_progress=tick, dcgm_url=dcgm_url)
     except LlmdiagError as error:
         fail(error)
     emit(verdict, as_json, verbose)

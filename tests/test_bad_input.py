@@ -281,6 +281,42 @@ def test_valid_prometheus_but_no_vllm_metrics():
 
 
 # ---------------------------------------------------------------------------------------------
+# the DCGM exporter page (--dcgm-url)
+
+
+def test_dcgm_url_refused_is_a_clean_error():
+    port = free_port()
+    with ScriptedServer(growing_vllm) as server:
+        error, hint = assert_clean_error(scan(server.url, "--dcgm-url", f"http://127.0.0.1:{port}/metrics"))
+    assert error.startswith("ERROR: DCGM exporter: ") and f"127.0.0.1:{port}" in error
+    assert "connection refused" in error
+    assert "dcgm-exporter" in hint and "9400" in hint
+
+
+def test_dcgm_url_pointing_at_the_vllm_page_is_a_clean_error():
+    with ScriptedServer(growing_vllm) as server:
+        error, hint = assert_clean_error(scan(server.url, "--dcgm-url", f"{server.url}/metrics"))
+    assert "none from DCGM exporter" in error and "DCGM_" in error
+    assert "dcgm-exporter" in hint
+
+
+def test_dcgm_page_sends_no_credentials():
+    seen: list[dict[str, str]] = []
+
+    def dcgm(path: str, headers: dict[str, str]) -> Reply:
+        seen.append(headers)
+        return Reply(body=b"# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\",Hostname=\"h\"} 40\n")
+
+    with ScriptedServer(growing_vllm) as server, ScriptedServer(dcgm) as exporter:
+        result = scan(server.url, "--dcgm-url", f"{exporter.url}/metrics", "--api-key", "sk-secret", "--json")
+    assert result.returncode in (0, 1), result.stderr
+    assert seen and not any("sk-secret" in v for h in seen for v in h.values())
+    verdict = json.loads(result.stdout)
+    assert [p["probe"] for p in verdict["coverage"]["probes"]] == ["vllm", "dcgm"]
+    assert verdict["signals"]["gpu_utilization_ratio"]["stats"]["mean"] == pytest.approx(0.4)  # 40 % as a ratio
+
+
+# ---------------------------------------------------------------------------------------------
 # the window
 
 

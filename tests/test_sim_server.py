@@ -274,6 +274,11 @@ def primary(verdict: dict) -> dict:
 def test_preset_healthy_scans_healthy(tmp_path):
     verdict = scan_preset("healthy", tmp_path)
     assert verdict["bottleneck"] == "healthy", describe(verdict)
+    # the demo reads the simulator's DCGM page too, and GPU telemetry does not turn a healthy server into a finding
+    assert [p["probe"] for p in verdict["coverage"]["probes"]] == ["vllm", "dcgm"]
+    network = next(c for c in verdict["coverage"]["classes"] if c["category"] == "network")
+    assert network["evaluated"], network
+    assert stat(verdict, "sm_active_ratio", "mean") > 0
     assert not [f for f in verdict["findings"] if f["category"] != "sanity"]
     assert stat(verdict, "generation_tokens_per_second", "rate") > 0
     assert stat(verdict, "preemptions_per_second", "rate") == 0
@@ -308,6 +313,23 @@ def test_preset_scheduling_scans_scheduling(tmp_path):
     assert stat(verdict, "requests_waiting", "mean") >= 4
     assert stat(verdict, "kv_cache_usage_ratio", "max") < 0.8
     assert stat(verdict, "itl_seconds", "mean") < 0.05
+
+
+def test_preset_network_scans_network(tmp_path):
+    verdict = scan_preset("network", tmp_path)
+    assert verdict["bottleneck"] == "network", describe(verdict)
+    finding = primary(verdict)
+    assert finding["code"] == "NET001" and finding["severity"] == "critical", describe(verdict)
+    evidence = {(e["signal"], e["stat"]): e for e in finding["evidence"]}
+    idle = evidence[("sm_idle_while_gpu_busy_ratio", "value")]
+    assert idle["value"] >= idle["threshold"] == 0.65
+    assert evidence[("gpu_utilization_ratio", "mean")]["value"] >= 0.9
+    assert evidence[("sm_active_ratio", "mean")]["value"] <= 0.5
+    link = PRESETS["network"].deployment.link
+    assert evidence[("interconnect_bytes_per_second", "value")]["value"] >= 0.2 * link.bandwidth_bytes_per_second
+    assert evidence[("pcie_tx_bytes_per_second", "mean")]["source"].startswith("dcgm /metrics: DCGM_FI_PROF_PCIE")
+    assert evidence[("nvlink_tx_bytes_per_second", "mean")]["value"] is None  # a PCIe box: no NVLink fields
+    assert verdict["confidence"] >= 0.75
 
 
 def test_preset_network_shows_busy_links_and_idle_sms_on_the_dcgm_page():

@@ -7,8 +7,9 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from llmdiag.collect.http import Connection, HttpMetricsSource, format_bytes
+from llmdiag.collect.http import Connection, HttpMetricsSource, format_bytes, normalise_base_url
 from llmdiag.collect.prometheus import Scrape, parse_exposition
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.engine.loader import load_probe
@@ -28,20 +29,55 @@ DEFAULT_INTERVAL_SECONDS = 1.0
 MIN_SCRAPES = 3
 SCRAPED_AT_RE = re.compile(r"^#\s*llmdiag-scraped-at:\s*([0-9.eE+-]+)\s*$", re.MULTILINE)
 PROCESS_START = "process_start_time_seconds"
+COLLECTOR_COUNTS = ("counter_resets", "implausible_samples")
 
 ProgressCallback = Callable[[int, int], None]
 DUMP_HINT = "give a saved vLLM /metrics page: curl -s http://HOST:PORT/metrics > metrics.prom"
 
 
-def check_server(spec: ProbeSpec, scrape: Scrape, where: str) -> None:
+DCGM_HINT = "is dcgm-exporter running there? its page is usually http://HOST:9400/metrics; or leave out --dcgm-url"
+
+
+def check_server(spec: ProbeSpec, scrape: Scrape, where: str, hint: str | None = None) -> None:
     if any(name.startswith(tuple(spec.detect_prefixes)) for name in scrape.names()):
         return
     sample = ", ".join(sorted({n.split("_")[0] for n in scrape.names()})[:5])
     raise NotMetricsError(
         f"{where} has Prometheus metrics but none from {spec.server} "
         f"(no '{spec.detect_prefixes[0]}*' names; saw {sample} …)",
-        f"is this a {spec.server} server? if its metrics are on another port, give --metrics-url",
+        hint or f"is this a {spec.server} server? if its metrics are on another port, give --metrics-url",
     )
+
+
+def dcgm_connection(url: str, like: Connection) -> Connection:
+    """The DCGM page's own connection: the server's timeouts and TLS choice, never its credentials.
+
+    A bare ``http://HOST:9400`` means dcgm-exporter's page at ``/metrics``.
+    """
+    url = normalise_base_url(url)
+    if urlsplit(url).path in ("", "/"):
+        url += "/metrics"
+    return Connection(
+        base_url=url,
+        metrics_url=url,
+        api_key="",
+        timeout_seconds=like.timeout_seconds,
+        insecure=like.insecure,
+        max_metrics_bytes=like.max_metrics_bytes,
+    )
+
+
+def merge_signal_sets(into: SignalSet, other: SignalSet) -> SignalSet:
+    """Add another source's signals to a set: one window, several sources. Collector counts add up."""
+    for name, signal in other.signals.items():
+        mine = into.signals.get(name)
+        if name in COLLECTOR_COUNTS and mine is not None:
+            mine.stats["value"] = mine.stats.get("value", 0.0) + signal.stats.get("value", 0.0)
+        elif mine is None:
+            into.add(signal)
+    into.sources += other.sources
+    into.anomalies += other.anomalies
+    return into
 
 
 def scrape_plan(duration_seconds: float, interval_seconds: float = DEFAULT_INTERVAL_SECONDS) -> tuple[int, float]:
@@ -59,12 +95,20 @@ def collect_live(
     on_progress: ProgressCallback | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    dcgm_url: str | None = None,
 ) -> SignalSet:
-    """Scrape the server over the window. The first failure is fatal; later ones are tolerated and noted."""
+    """Scrape the server (and the DCGM page, when given) over the window, both in the same loop.
+
+    The first failure of either page is fatal; later ones are tolerated and noted. Without ``dcgm_url`` no GPU
+    signal is collected at all: the rules that need them are skipped, never fed zeros.
+    """
     spec = load_probe(probe)
     source = HttpMetricsSource(connection, spec.metrics_path)
+    dcgm_spec = load_probe("dcgm") if dcgm_url else None
+    dcgm = HttpMetricsSource(dcgm_connection(dcgm_url, connection)) if dcgm_url else None
     count, interval = scrape_plan(duration_seconds)
     scrapes: list[Scrape] = []
+    dcgm_scrapes: list[Scrape] = []
     failures: list[str] = []
     try:
         start = clock()
@@ -81,16 +125,31 @@ def collect_live(
                 failures.append(f"scrape {i + 1}/{count} failed: {exc.message}")
             if i == 0:  # the first scrape succeeded, or we raised above
                 check_server(spec, scrapes[0], source.display_url)
+            if dcgm is not None and dcgm_spec is not None:
+                try:
+                    dcgm_scrapes.append(dcgm.scrape())
+                except ProbeError as exc:
+                    if not dcgm_scrapes:
+                        exc.message, exc.hint = f"DCGM exporter: {exc.message}", DCGM_HINT
+                        exc.args = (exc.message,)
+                        raise
+                    failures.append(f"DCGM scrape {i + 1}/{count} failed: {exc.message}")
+                if i == 0:
+                    check_server(dcgm_spec, dcgm_scrapes[0], dcgm.display_url, DCGM_HINT)
             if on_progress:
                 on_progress(i + 1, count)
     finally:
         source.close()
+        if dcgm is not None:
+            dcgm.close()
     if len(scrapes) < 2:
         raise EmptyWindowError(
             f"only {len(scrapes)} of {count} scrapes of {source.display_url} succeeded: no window to measure"
             + (f" ({failures[-1]})" if failures else "")
         )
     signal_set = build_signal_set(spec, scrapes, source.display_url)
+    if dcgm is not None and dcgm_spec is not None:
+        merge_signal_sets(signal_set, build_signal_set(dcgm_spec, dcgm_scrapes, dcgm.display_url))
     signal_set.anomalies += failures
     return signal_set
 

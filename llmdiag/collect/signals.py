@@ -15,7 +15,32 @@ from llmdiag.engine.schema import ProbeSpec, SignalSpec
 from llmdiag.model import Signal, SignalSet, SourceInfo, Window
 
 # labels that tell series of one metric apart without changing what it measures
-SERIES_LABELS = ("engine", "model_name")
+SERIES_LABELS = ("engine", "model_name", "gpu", "GPU_I_ID")
+
+# DCGM's "blank" codes (catalog, general traps): DCGM_INT64_BLANK = 0x7ffffffffffffff0 and the codes just above it
+# (not found, not supported, no permission …), and DCGM_FP64_BLANK = 2**47 with its codes. As doubles the int64
+# codes all read 2**63. They mean "no data" and must never be averaged as numbers.
+DCGM_INT64_BLANK = float(0x7FFFFFFFFFFFFFF0)
+DCGM_FP64_BLANK = 140737488355328.0
+DCGM_BLANK_CODES = 16
+
+
+def is_blank(value: float) -> bool:
+    """True for a DCGM blank sentinel (int64 or double), i.e. a field with no value."""
+    int64_blank = value >= DCGM_INT64_BLANK - DCGM_BLANK_CODES
+    return int64_blank or DCGM_FP64_BLANK <= value <= DCGM_FP64_BLANK + DCGM_BLANK_CODES
+
+
+def drop_blanks(scrape: Scrape, blanks: dict[str, int]) -> Scrape:
+    """A copy of the scrape without blank samples; ``blanks`` counts them per sample name."""
+    series: dict[str, dict[LabelKey, float]] = {}
+    for name, values in scrape.series.items():
+        kept = {k: v for k, v in values.items() if not is_blank(v)}
+        if len(kept) < len(values):
+            blanks[name] = blanks.get(name, 0) + len(values) - len(kept)
+        if kept:
+            series[name] = kept
+    return Scrape(at_unix=scrape.at_unix, series=series, types=scrape.types, size_bytes=scrape.size_bytes)
 
 
 def _series_name(key: LabelKey) -> str:
@@ -37,6 +62,9 @@ class SignalBuilder:
 
     def __init__(self, spec: ProbeSpec, scrapes: list[Scrape], source_url: str, origin: Scrape | None = None):
         self.spec = spec
+        self.blanks: dict[str, int] = {}
+        if spec.blank_sentinels:
+            scrapes = [drop_blanks(s, self.blanks) for s in scrapes]
         self.real = scrapes
         self.window_scrapes = ([origin] if origin is not None else []) + scrapes
         self.source_url = source_url
@@ -61,9 +89,14 @@ class SignalBuilder:
     def build(self, spec: SignalSpec) -> Signal:
         wire = _wire_name(spec, self.real)
         if wire is None:
-            return Signal.missing(
-                spec.name, spec.kind, spec.unit, f"not exposed by this server (looked for {', '.join(spec.metrics)})"
-            )
+            blank = [m for m in spec.metrics if m in self.blanks]
+            if blank:
+                reason = f"{blank[0]} reads DCGM's blank value (no data or not supported on this GPU) in every scrape"
+            else:
+                reason = f"not exposed by this server (looked for {', '.join(spec.metrics)})"
+            if spec.missing_note:
+                reason += f"; {spec.missing_note}"
+            return Signal.missing(spec.name, spec.kind, spec.unit, reason)
         common = dict(
             name=spec.name,
             kind=spec.kind,
@@ -86,6 +119,9 @@ class SignalBuilder:
         gw = gauge_window(self.real, wire, spec.match, spec.aggregate)
         if not gw.points:
             return Signal(**common, unavailable=f"{wire} has no series matching {spec.match}")
+        if spec.scale != 1.0:
+            gw.points = [(t, v * spec.scale) for t, v in gw.points]
+            gw.per_series_mean = {k: v * spec.scale for k, v in gw.per_series_mean.items()}
         low = spec.valid_min if spec.valid_min is not None else -math.inf
         high = spec.valid_max if spec.valid_max is not None else math.inf
         bad = [v for v in gw.values if not low <= v <= high]
@@ -167,7 +203,12 @@ def build_signal_set(
         ("implausible_samples", builder.implausible, "gauge samples outside their valid range"),
     ):
         signal_set.add(Signal(name=name, kind="derived", unit="count", stats={"value": float(value)}, source=help_text))
-    signal_set.anomalies = builder.anomalies
+    read = {m for s in spec.signal for m in s.metrics}
+    signal_set.anomalies = builder.anomalies + [
+        f"{name}: {count} blank sample(s) (DCGM 'no data') treated as missing"
+        for name, count in builder.blanks.items()
+        if name in read
+    ]
     window_start = builder.window_scrapes[0].at_unix
     signal_set.window = Window(
         kind="lifetime" if builder.lifetime else "window",

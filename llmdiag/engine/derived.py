@@ -274,6 +274,57 @@ def histogram_excess(signals: SignalSet) -> float:
     return need(signals, "e2e_latency_seconds", "count") / finished
 
 
+# below this mean GPU utilisation the GPUs are mostly idle: a share of "busy" time means nothing
+GPU_BUSY_FLOOR = 0.05
+LINKS = {"NVLink": "nvlink", "PCIe": "pcie"}
+
+
+@derived(
+    "sm_idle_while_gpu_busy_ratio",
+    "ratio",
+    "Share of the time a kernel ran in which the SMs sat idle: 1 - SM active / GPU utilisation (DCGM). Kernels "
+    "that hold the GPU without using its SMs are collectives waiting on a link (NCCL runs on a few SMs) or copies.",
+    formula="1 - mean(sm_active) / mean(gpu_utilization), clamped to [0, 1]",
+)
+def sm_idle_while_gpu_busy(signals: SignalSet) -> float:
+    busy = need(signals, "gpu_utilization_ratio", "mean")
+    if busy < GPU_BUSY_FLOOR:
+        raise Missing(f"GPUs busy only {busy:.0%} of the time: nothing to split")
+    return min(1.0, max(0.0, 1.0 - need(signals, "sm_active_ratio", "mean") / busy))
+
+
+@derived(
+    "interconnect_bytes_per_second",
+    "bytes/s",
+    "Inter-GPU link traffic on the busiest GPU: sent plus received bytes per second, on NVLink or on PCIe, "
+    "whichever carries more (DCGM profiling fields).",
+    formula="max over GPUs and over {NVLink, PCIe} of (tx + rx) bytes/s",
+)
+def interconnect_bytes(signals: SignalSet) -> float:
+    best: float | None = None
+    why: list[str] = []
+    for label, prefix in LINKS.items():
+        try:
+            tx = need(signals, f"{prefix}_tx_bytes_per_second", "mean")
+            rx = need(signals, f"{prefix}_rx_bytes_per_second", "mean")
+        except Missing as exc:
+            why.append(f"{label}: {exc}")
+            continue
+        tx_by = _by_series(signals, f"{prefix}_tx_bytes_per_second")
+        rx_by = _by_series(signals, f"{prefix}_rx_bytes_per_second")
+        per_gpu = [tx_by[k] + rx_by[k] for k in tx_by.keys() & rx_by.keys()]
+        value = max([tx + rx, *per_gpu])
+        best = value if best is None else max(best, value)
+    if best is None:
+        raise Missing("; ".join(why))
+    return best
+
+
+def _by_series(signals: SignalSet, name: str) -> dict[str, float]:
+    signal = signals.get(name)
+    return dict(signal.by_series) if signal is not None else {}
+
+
 def add_derived(signals: SignalSet) -> None:
     """Compute every registered derived signal into the set, unavailable ones with their reason."""
     for item in REGISTRY:

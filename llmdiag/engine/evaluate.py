@@ -34,12 +34,18 @@ CORE_SIGNALS = ("requests_running", "requests_waiting", "kv_cache_usage_ratio", 
 # when two classes fire at the same severity, the one that causes the other's symptoms wins:
 # a full KV cache makes requests queue, so memory outranks scheduling
 ROOT_CAUSE_ORDER = {Category.memory: 3, Category.network: 2, Category.compute: 1, Category.scheduling: 0}
+# why a class could not be judged when the probe its rules need was absent from the scan; with the probe present,
+# the skipped rules' own reasons are given instead (e.g. a profiling field switched off in dcgm-exporter)
+# a class whose findings are the expected symptom of another class's root cause: a step stretched by inter-GPU
+# collectives is a slow step, so CMP001 beside NET001 confirms the link rather than competing with it
+SYMPTOM_OF = {Category.compute: Category.network}
 NOT_EVALUATED_REASON = {
     Category.network: (
-        "vLLM's metrics do not show inter-GPU communication; it needs GPU telemetry (NVML, DCGM) "
-        "or profiler traces, which this scan did not have"
+        "vLLM's metrics do not show inter-GPU communication; it needs GPU telemetry (pass --dcgm-url for "
+        "dcgm-exporter's page) or profiler traces, which this scan did not have"
     ),
 }
+TELEMETRY_PROBES = {Category.network: frozenset({"dcgm"})}
 PLACEHOLDER_RE = re.compile(r"\{([a-z0-9_]+)\.([a-z0-9]+)(?::([^}]+))?\}")
 
 
@@ -156,7 +162,9 @@ def _coverage(rules: tuple[RuleSpec, ...], outcomes: list[RuleOutcome], signals:
         skipped = [o for o in mine if o.status == "skipped"]
         reason = ""
         if not ran:
-            reason = NOT_EVALUATED_REASON.get(category) or (
+            probes = {s.probe for s in signals.sources}
+            no_telemetry = category in NOT_EVALUATED_REASON and not probes & TELEMETRY_PROBES.get(category, probes)
+            reason = NOT_EVALUATED_REASON[category] if no_telemetry else (
                 f"all {len(mine)} rules skipped: {skipped[0].reason}" if skipped else "no rules for this class"
             )
         classes.append(
@@ -204,12 +212,15 @@ def _confidence(
     if primary is not None:
         score = 0.85 if primary.severity is Severity.critical else 0.65
         same = [f for f in findings if f.category is primary.category]
-        rivals = [
+        others = [
             f for f in findings
             if f.category in BOTTLENECK_CATEGORIES
             and f.category is not primary.category
             and f.severity is primary.severity
         ]
+        rivals = [f for f in others if SYMPTOM_OF.get(f.category) is not primary.category]
+        for symptom in (f for f in others if f not in rivals):
+            notes.append(f"{symptom.code} ({symptom.category.value}) at the same severity is a symptom of the primary")
         if len(same) > 1:
             score += 0.05
         if rivals:

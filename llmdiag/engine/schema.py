@@ -35,13 +35,18 @@ class SignalSpec(_Strict):
     metrics: list[str] = Field(min_length=1)
     help: str
     match: dict[str, str] = Field(default_factory=dict)
-    aggregate: Literal["sum", "mean", "max"] = "sum"
+    aggregate: Literal["sum", "mean", "max", "min"] = "sum"
+    # multiplies every sample into the signal's unit (percent → ratio 0.01, MiB → bytes 1048576);
+    # valid_min / valid_max are in the scaled unit
+    scale: float = 1.0
     valid_min: float | None = None
     valid_max: float | None = None
     # info metrics: the numeric label that carries the value
     label: str | None = None
     # a note shown when an older alias was used (e.g. a unit change)
     alias_note: str = ""
+    # appended to the reason when no wire name is present (e.g. how to enable an off-by-default field)
+    missing_note: str = ""
 
     @model_validator(mode="after")
     def _units_in_names(self) -> SignalSpec:
@@ -61,6 +66,8 @@ class ProbeSpec(_Strict):
     detect_prefixes: list[str]
     # the info metric whose labels describe the server's configuration
     config_metric: str | None = None
+    # DCGM-style "blank" sentinel values (no data / not supported) are dropped as missing, never read as numbers
+    blank_sentinels: bool = False
     signal: list[SignalSpec]
 
     @field_validator("signal")

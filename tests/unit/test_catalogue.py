@@ -18,6 +18,7 @@ from llmdiag.render.docs import DOC_SECTIONS, render_rule_index, render_rule_mar
 from tests.conftest import REPO_ROOT
 
 COLLECTOR_SIGNALS = {"counter_resets", "implausible_samples"}
+PROBES = sorted(p.stem for p in (REPO_ROOT / "probes").glob("*.toml"))
 
 
 @pytest.mark.parametrize("folder", ["probes", "rules", "reports"])
@@ -29,7 +30,7 @@ def test_data_folders_hold_no_code(folder: str):
 
 
 def test_every_rule_input_is_a_known_signal_and_stat():
-    kinds = {s.name: s.kind for s in load_probe("vllm").signal}
+    kinds = {s.name: s.kind for probe in PROBES for s in load_probe(probe).signal}
     kinds |= {d.name: "derived" for d in REGISTRY} | dict.fromkeys(COLLECTOR_SIGNALS, "derived")
     for rule in load_rules():
         for ref in rule.inputs():
