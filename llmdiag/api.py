@@ -10,8 +10,10 @@ from llmdiag import __version__
 from llmdiag.collect import DEFAULT_DURATION_SECONDS, ProgressCallback, collect_files, collect_live
 from llmdiag.collect.http import Connection, redact_url
 from llmdiag.config import Settings
+from llmdiag.engine.capacity import roofline_for_window
 from llmdiag.engine.evaluate import build_verdict
 from llmdiag.model import Verdict
+from llmdiag.sim.physics import Deployment
 
 
 def diagnose(
@@ -20,11 +22,18 @@ def diagnose(
     settings: Settings | None = None,
     on_progress: ProgressCallback | None = None,
     dcgm_url: str | None = None,
+    deployment: Deployment | None = None,
 ) -> Verdict:
-    """Scan a live server (and its GPUs' DCGM exporter page, when given) over a window and judge it."""
+    """Scan a live server (and its GPUs' DCGM exporter page, when given) over a window and judge it.
+
+    With the ``deployment`` (GPU, model, TP) known, the verdict also places the measured decode rate under the
+    physics ceiling, which tells a compute verdict whether math or HBM bandwidth is the wall.
+    """
     signals = collect_live(connection, duration_seconds, on_progress=on_progress, dcgm_url=dcgm_url)
     verdict = build_verdict(signals, settings, target=redact_url(connection.base_url))
     verdict.tool_version = __version__
+    if deployment is not None:
+        verdict.roofline = roofline_for_window(deployment, signals)
     return verdict
 
 
@@ -55,7 +64,12 @@ def run_demo(
             say(f"driving {preset.load.users} users for {DEMO_WARMUP_SECONDS:.0f} s before the scan")
             time.sleep(DEMO_WARMUP_SECONDS)
             verdict = diagnose(
-                Connection(base_url=server.url), duration_seconds, settings, on_progress, dcgm_url=server.dcgm_url
+                Connection(base_url=server.url),
+                duration_seconds,
+                settings,
+                on_progress,
+                dcgm_url=server.dcgm_url,
+                deployment=preset.deployment,
             )
     verdict.target = f"llmdiag demo --preset {preset.name} ({verdict.target})"
     return verdict

@@ -127,6 +127,14 @@ def scan(
         ),
     ] = None,
     max_metrics_bytes: MaxBytesOpt = DEFAULT_MAX_METRICS_BYTES,
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", help="The server's GPU (H100, H200, A100, L4): adds the roofline context.")
+    ] = None,
+    model_shape: Annotated[
+        str | None,
+        typer.Option("--model-shape", help="The served model's shape (e.g. llama-3-8b), with --gpu."),
+    ] = None,
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size, with --gpu.", min=1)] = 1,
     as_json: JsonOpt = False,
     fail_on: FailOnOpt = FailOn.critical,
     config: ConfigOpt = None,
@@ -151,11 +159,26 @@ def scan(
             max_metrics_bytes=max_metrics_bytes,
         )
         with scan_progress(connection.base_url, quiet=as_json) as tick:
-            verdict = diagnose(connection, duration, settings, on_progress=tick, dcgm_url=dcgm_url)
+            verdict = diagnose(
+                connection, duration, settings, on_progress=tick, dcgm_url=dcgm_url,
+                deployment=deployment_from_options(gpu, model_shape, tp),
+            )
     except LlmdiagError as error:
         fail(error)
     emit(verdict, as_json, verbose)
     raise typer.Exit(exit_code(verdict, fail_on))
+
+
+def deployment_from_options(gpu: str | None, model_shape: str | None, tp: int):
+    """--gpu and --model-shape together name a deployment for the roofline context; one alone is a mistake."""
+    if gpu is None and model_shape is None:
+        return None
+    if gpu is None or model_shape is None:
+        raise UsageError("--gpu and --model-shape go together", "e.g. --gpu H100 --model-shape llama-3-8b --tp 1")
+    from llmdiag.sim.hardware import find_gpu, find_model
+    from llmdiag.sim.physics import Deployment
+
+    return Deployment(find_gpu(gpu), find_model(model_shape), tp=tp)
 
 
 @contextmanager

@@ -175,6 +175,20 @@ class Experience(BaseModel):
     generation_tokens_per_second: float | None = None
 
 
+class Roofline(BaseModel):
+    """Measured decode throughput against the physics ceiling for the named GPU and model."""
+
+    gpu: str
+    model: str
+    tp: int
+    batch_sequences: float
+    context_tokens: float
+    ceiling_tokens_per_second: float
+    measured_tokens_per_second: float
+    fraction_of_ceiling_ratio: float
+    bound_by: str  # what sets the ceiling at this batch: compute (math) or hbm_bandwidth, interconnect …
+
+
 class Verdict(BaseModel):
     schema_version: str = SCHEMA_VERSION
     tool_version: str = ""
@@ -187,6 +201,7 @@ class Verdict(BaseModel):
     findings: list[Finding] = Field(default_factory=list)
     coverage: Coverage = Field(default_factory=Coverage)
     experience: Experience = Field(default_factory=Experience)
+    roofline: Roofline | None = None
     signals: dict[str, Signal] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
 

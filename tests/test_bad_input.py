@@ -543,3 +543,17 @@ def test_insecure_flag_is_accepted_on_plain_http():
     assert "sk-SECRET123" not in result.stdout + result.stderr
     assert len(server.requests) == 3
     assert all(h.get("authorization") == "Bearer sk-SECRET123" for _, h in server.requests)
+
+
+def test_gpu_without_model_shape_is_a_usage_error():
+    result = run_cli("scan", "http://127.0.0.1:9", "--gpu", "H100")
+    assert result.returncode == 2
+    assert "--gpu and --model-shape go together" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_gpu_names_the_known_ones():
+    result = run_cli("scan", "http://127.0.0.1:9", "--gpu", "TPUv9", "--model-shape", "llama-3-8b")
+    assert result.returncode == 2
+    assert "H100" in result.stderr and "HINT:" in result.stderr
+    assert "Traceback" not in result.stderr

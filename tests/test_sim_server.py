@@ -302,6 +302,12 @@ def test_preset_compute_scans_compute(tmp_path):
     assert stat(verdict, "itl_seconds", "mean") >= 0.05
     assert stat(verdict, "kv_cache_usage_ratio", "max") < 0.8
     assert stat(verdict, "preemptions_per_second", "rate") == 0
+    # the demo knows the deployment (Llama 3 8B on an L4), so the verdict says which wall: HBM, not math
+    roofline = verdict["roofline"]
+    assert (roofline["gpu"], roofline["model"]) == ("L4", "llama-3-8b")
+    assert roofline["bound_by"] == "hbm_bandwidth"
+    assert 0.5 <= roofline["fraction_of_ceiling_ratio"] <= 1.1, roofline
+    assert roofline["measured_tokens_per_second"] == stat(verdict, "generation_tokens_per_second", "rate")
 
 
 def test_preset_scheduling_scans_scheduling(tmp_path):

@@ -38,6 +38,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from llmdiag.errors import UsageError
+from llmdiag.model import Roofline, SignalSet
 from llmdiag.sim.hardware import GIB, GpuSpec, ModelSpec, find_gpu, find_model, interconnect_for, min_tensor_parallel
 from llmdiag.sim.physics import (
     DEFAULT_ACTIVATION_RESERVE_BYTES,
@@ -496,3 +497,33 @@ def plan_capacity(
         seed=seed,
         notes=notes,
     )  # fmt: skip
+
+
+def roofline_for_window(dep: Deployment, signals: SignalSet) -> Roofline | None:
+    """Where the measured decode rate sits under the ceiling: mean batch (Little's law) at the mean context of
+    a sequence halfway through its output. None when the window has no decoding to compare."""
+    def value(name: str, stat: str) -> float | None:
+        signal = signals.get(name)
+        return None if signal is None else signal.stat(stat)
+
+    batch = value("requests_running_avg", "value")
+    measured = value("generation_tokens_per_second", "rate")
+    prompt = value("prompt_length_tokens", "mean")
+    output = value("output_length_tokens", "mean")
+    if not batch or not measured or prompt is None or output is None:
+        return None
+    context = prompt + output / 2
+    ceiling_dep = replace(dep, scheduler_overhead_seconds=0.0)
+    step = step_time(ceiling_dep, decode_load(batch, context))
+    ceiling = batch / step.step_seconds
+    return Roofline(
+        gpu=dep.gpu.name,
+        model=dep.model.name,
+        tp=dep.tp,
+        batch_sequences=batch,
+        context_tokens=context,
+        ceiling_tokens_per_second=ceiling,
+        measured_tokens_per_second=measured,
+        fraction_of_ceiling_ratio=measured / ceiling,
+        bound_by=step.bound_by,
+    )

@@ -121,26 +121,33 @@ def window_seconds(signals: SignalSet) -> float:
 
 
 def _time_average(signals: SignalSet, histogram: str, gauge: str) -> float:
-    """Little's law: the seconds requests spent in a stage, summed over the window, divided by the window.
+    """The larger of two estimates of how many requests sat in a stage on average.
 
-    vLLM records these per request, so they see every request; gauges are single samples per scrape
-    (and on vLLM 0.32's CPU backend read 0 most of the time under load). Falls back to the gauge mean.
+    Little's law: the seconds requests spent in the stage (recorded per request when it leaves), summed over
+    the window, divided by the window. It misses requests still in the stage at the window's end, so it reads
+    low when requests last longer than the window. The gauge's mean over the scrapes reads low when /metrics
+    is answered only at idle moments (a starved API server: every sample 0). Each fails low, so take the max.
     """
-    try:
-        return need(signals, histogram, "sum") / window_seconds(signals)
-    except Missing as no_histogram:
+    estimates: list[float] = []
+    reasons: list[str] = []
+    littles_law = lambda: need(signals, histogram, "sum") / window_seconds(signals)  # noqa: E731
+    gauge_mean = lambda: need(signals, gauge, "mean")  # noqa: E731
+    for estimate in (littles_law, gauge_mean):
         try:
-            return need(signals, gauge, "mean")
-        except Missing:
-            raise no_histogram from None
+            estimates.append(estimate())
+        except Missing as why:
+            reasons.append(str(why))
+    if not estimates:
+        raise Missing("; ".join(reasons))
+    return max(estimates)
 
 
 @derived(
     "requests_waiting_avg",
     "requests",
-    "Time-averaged queue length: request queue time summed over the window / window (Little's law); "
-    "the waiting gauge's mean when no request was scheduled in the window.",
-    formula="sum(queue_time) / window  (Little's law)",
+    "Time-averaged queue length: the larger of Little's law on request queue times and the waiting gauge's mean "
+    "(each reads low in a different failure: long requests, a starved API server).",
+    formula="max(sum(queue_time) / window, mean waiting gauge)",
 )
 def requests_waiting_avg(signals: SignalSet) -> float:
     return _time_average(signals, "queue_time_seconds", "requests_waiting")
@@ -149,9 +156,9 @@ def requests_waiting_avg(signals: SignalSet) -> float:
 @derived(
     "requests_running_avg",
     "requests",
-    "Time-averaged batch size: request inference time summed over the window / window (Little's law); "
-    "the running gauge's mean when no request finished in the window.",
-    formula="sum(inference_time) / window  (Little's law)",
+    "Time-averaged batch size: the larger of Little's law on request inference times and the running gauge's "
+    "mean (each reads low in a different failure: long requests, a starved API server).",
+    formula="max(sum(inference_time) / window, mean running gauge)",
 )
 def requests_running_avg(signals: SignalSet) -> float:
     return _time_average(signals, "inference_time_seconds", "requests_running")

@@ -130,6 +130,26 @@ def _experience(verdict: Verdict) -> Table:
     return table
 
 
+BOUND_WORDS = {
+    "compute": "math (peak FLOP/s)",
+    "hbm_bandwidth": "HBM bandwidth (reading weights and KV)",
+    "interconnect": "the tensor-parallel all-reduce",
+    "scheduler": "per-step CPU overhead",
+}
+
+
+def _roofline(verdict: Verdict) -> Text:
+    r = verdict.roofline
+    assert r is not None
+    where = f"{r.model} on {r.tp} × {r.gpu}"
+    return Text(
+        f"  decode {format_value(r.measured_tokens_per_second, 'tokens/s')} is "
+        f"{r.fraction_of_ceiling_ratio:.0%} of the {format_value(r.ceiling_tokens_per_second, 'tokens/s')} ceiling "
+        f"for {r.batch_sequences:.1f} sequences at ~{r.context_tokens:.0f} tokens ({where}); "
+        f"at this batch the ceiling is set by {BOUND_WORDS.get(r.bound_by, r.bound_by)}\n"
+    )
+
+
 def _coverage(verdict: Verdict) -> RenderableType:
     lines = Text()
     for cls in verdict.coverage.classes:
@@ -151,6 +171,9 @@ def render_terminal(verdict: Verdict, verbose: bool = False) -> RenderableType:
         parts += [_finding(f, verbose) for f in verdict.findings]
     parts.append(Text("\nWhat users see now", style="bold underline"))
     parts.append(_experience(verdict))
+    if verdict.roofline is not None:
+        parts.append(Text("\nAgainst the hardware ceiling", style="bold underline"))
+        parts.append(_roofline(verdict))
     parts.append(Text("\nCoverage", style="bold underline"))
     parts.append(_coverage(verdict))
     if verdict.notes:

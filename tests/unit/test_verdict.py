@@ -81,7 +81,8 @@ def test_kv_starved_is_memory_even_though_queue_time_also_dominates():
     evidence = {e.signal: e.value for e in primary.evidence}
     assert evidence["preemptions_per_second"] == 0.6
     assert evidence["preemptions_per_finished_request"] == 12 / 10
-    assert evidence["requests_waiting_avg"] == 210.0 / 20
+    # the gauge (mean 30) beats Little's law (210 s of queueing / 20 s = 10.5): each estimate only reads low
+    assert evidence["requests_waiting_avg"] == 30
     # scheduling rules are gated off by the preemptions: memory is the root cause
     assert all(f.category is not Category.scheduling for f in verdict.findings)
 
@@ -100,8 +101,18 @@ def test_max_num_seqs_cap_is_scheduling():
     codes = {f.code for f in verdict.findings}
     assert {"SCH001", "SCH002"} <= codes
     sch001 = next(f for f in verdict.findings if f.code == "SCH001")
-    # 40 requests waited 5 s each in a 20 s window: 10 waiting on average (Little's law)
-    assert {e.signal: e.value for e in sch001.evidence}["requests_waiting_avg"] == 10.0
+    # 40 requests waited 5 s each in a 20 s window: 10 by Little's law, but the gauge's mean says 30
+    assert {e.signal: e.value for e in sch001.evidence}["requests_waiting_avg"] == 30.0
+
+
+def test_starved_gauges_fall_back_on_littles_law():
+    capped = {**HEALTHY}
+    capped.update(
+        requests_waiting={"mean": 0, "max": 0, "min": 0, "last": 0, "p90": 0},
+        queue_time_seconds={"p50": 4.9, "mean": 5.0, "count": 40, "sum": 200.0},
+    )
+    verdict = build_verdict(make(**capped))
+    assert verdict.signals["requests_waiting_avg"].stats["value"] == 200.0 / 20
 
 
 def test_network_is_reported_not_evaluated_never_fine():
