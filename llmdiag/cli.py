@@ -136,15 +136,19 @@ def scan(
     ] = None,
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size, with --gpu.", min=1)] = 1,
     as_json: JsonOpt = False,
-    fail_on: FailOnOpt = FailOn.critical,
+    fail_on: Annotated[
+        FailOn | None,
+        typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity (default critical; "
+                     "never for the demo, which is bottlenecked on purpose)."),
+    ] = None,
     config: ConfigOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Watch a live server for a window and say what limits it."""
     if url is None:
         stderr.print("[dim]no server given: scanning the built-in demo server (`llmdiag demo --help`)[/]")
-        demo(preset=DEFAULT_DEMO_PRESET, duration=duration, output=None, as_json=as_json, fail_on=fail_on,
-             config=config, verbose=verbose)
+        demo(preset=DEFAULT_DEMO_PRESET, duration=duration, output=None, as_json=as_json,
+             fail_on=fail_on or FailOn.never, config=config, verbose=verbose)
     try:
         if timeout <= 0:
             raise UsageError(f"--timeout must be positive, got {timeout:g}")
@@ -166,7 +170,7 @@ def scan(
     except LlmdiagError as error:
         fail(error)
     emit(verdict, as_json, verbose)
-    raise typer.Exit(exit_code(verdict, fail_on))
+    raise typer.Exit(exit_code(verdict, fail_on or FailOn.critical))
 
 
 def deployment_from_options(gpu: str | None, model_shape: str | None, tp: int):

@@ -373,7 +373,7 @@ def test_every_preset_carries_a_bounded_load_and_builds():
 
 def test_scan_without_a_server_scans_the_demo(tmp_path):
     """The README's main command: `llmdiag scan` with no URL diagnoses the built-in demo server."""
-    result = run_cli("scan", "--duration", "6", "--json", "--fail-on", "never")
+    result = run_cli("scan", "--duration", "6", "--json")  # exit 0: the demo is bottlenecked on purpose
     assert result.returncode == 0, result.stderr
     verdict = json.loads(result.stdout)
     assert verdict["bottleneck"] == "scheduling"
