@@ -212,10 +212,7 @@ def running_gauge_zero_under_load(signals: SignalSet) -> float:
     formula="rate(generation_tokens) / requests_running_avg",
 )
 def per_user_tokens(signals: SignalSet) -> float:
-    running = requests_running_avg(signals)
-    if running <= 0:
-        raise Missing("no running requests in the window")
-    return need(signals, "generation_tokens_per_second", "rate") / running
+    return _generation_per_head(signals, requests_running_avg(signals), "no running requests in the window")
 
 
 @derived(
@@ -226,10 +223,13 @@ def per_user_tokens(signals: SignalSet) -> float:
     formula="rate(generation_tokens) / (requests_running_avg + requests_waiting_avg)",
 )
 def per_user_tokens_incl_waiting(signals: SignalSet) -> float:
-    users = requests_in_system(signals)
-    if users <= 0:
-        raise Missing("no requests in the window")
-    return need(signals, "generation_tokens_per_second", "rate") / users
+    return _generation_per_head(signals, requests_in_system(signals), "no requests in the window")
+
+
+def _generation_per_head(signals: SignalSet, heads: float, none_reason: str) -> float:
+    if heads <= 0:
+        raise Missing(none_reason)
+    return need(signals, "generation_tokens_per_second", "rate") / heads
 
 
 @derived(
