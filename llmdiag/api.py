@@ -7,7 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from llmdiag import __version__
-from llmdiag.collect import DEFAULT_DURATION_SECONDS, ProgressCallback, collect_files, collect_live
+from llmdiag.collect import (
+    DEFAULT_DURATION_SECONDS,
+    ProgressCallback,
+    TelemetryOptions,
+    collect_files,
+    collect_live,
+)
 from llmdiag.collect.http import Connection, redact_url
 from llmdiag.config import Settings
 from llmdiag.engine.capacity import roofline_for_window
@@ -21,15 +27,15 @@ def diagnose(
     duration_seconds: float = DEFAULT_DURATION_SECONDS,
     settings: Settings | None = None,
     on_progress: ProgressCallback | None = None,
-    dcgm_url: str | None = None,
+    telemetry: TelemetryOptions | None = None,
     deployment: Deployment | None = None,
 ) -> Verdict:
-    """Scan a live server (and its GPUs' DCGM exporter page, when given) over a window and judge it.
+    """Scan a live server and its telemetry (NVML, a DCGM exporter page, the host) over a window and judge it.
 
     With the ``deployment`` (GPU, model, TP) known, the verdict also places the measured decode rate under the
     physics ceiling, which tells a compute verdict whether math or HBM bandwidth is the wall.
     """
-    signals = collect_live(connection, duration_seconds, on_progress=on_progress, dcgm_url=dcgm_url)
+    signals = collect_live(connection, duration_seconds, on_progress=on_progress, telemetry=telemetry)
     verdict = build_verdict(signals, settings, target=redact_url(connection.base_url))
     verdict.tool_version = __version__
     if deployment is not None:
@@ -68,7 +74,8 @@ def run_demo(
                 duration_seconds,
                 settings,
                 on_progress,
-                dcgm_url=server.dcgm_url,
+                # the simulator's GPUs are on its DCGM page; this machine's GPUs and CPU are not the server's
+                telemetry=TelemetryOptions(dcgm_url=server.dcgm_url, nvml="off", host=False),
                 deployment=preset.deployment,
             )
     verdict.target = f"llmdiag demo --preset {preset.name} ({verdict.target})"

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from llmdiag import __version__
 from llmdiag.api import diagnose, diagnose_files, run_demo
-from llmdiag.collect import DEFAULT_DURATION_SECONDS
+from llmdiag.collect import DEFAULT_DURATION_SECONDS, TelemetryOptions
 from llmdiag.collect.http import DEFAULT_MAX_METRICS_BYTES, Connection, parse_header
 from llmdiag.config import load_settings
 from llmdiag.engine.loader import find_rule, load_rules
@@ -126,6 +126,15 @@ def scan(
             "for the compute and network rules. Sent no credentials.",
         ),
     ] = None,
+    nvml: Annotated[
+        bool,
+        typer.Option("--nvml/--no-nvml", help="Read this machine's GPUs through NVML when a driver is present."),
+    ] = True,
+    pid: Annotated[
+        list[int] | None,
+        typer.Option("--pid", help="The server's process (repeatable; children included). Default: the process "
+                     "listening on URL's port, when the server runs on this machine."),
+    ] = None,
     max_metrics_bytes: MaxBytesOpt = DEFAULT_MAX_METRICS_BYTES,
     gpu: Annotated[
         str | None, typer.Option("--gpu", help="The server's GPU (H100, H200, A100, L4): adds the roofline context.")
@@ -164,7 +173,8 @@ def scan(
         )
         with scan_progress(connection.base_url, quiet=as_json) as tick:
             verdict = diagnose(
-                connection, duration, settings, on_progress=tick, dcgm_url=dcgm_url,
+                connection, duration, settings, on_progress=tick,
+                telemetry=TelemetryOptions(dcgm_url=dcgm_url, nvml="auto" if nvml else "off", pids=pid or []),
                 deployment=deployment_from_options(gpu, model_shape, tp),
             )
     except LlmdiagError as error:

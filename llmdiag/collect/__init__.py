@@ -6,12 +6,14 @@ import os
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from llmdiag.collect.http import Connection, HttpMetricsSource, format_bytes, normalise_base_url
 from llmdiag.collect.prometheus import Scrape, parse_exposition
 from llmdiag.collect.signals import build_signal_set
+from llmdiag.collect.source import Source, unavailable_source
 from llmdiag.engine.loader import load_probe
 from llmdiag.engine.schema import ProbeSpec
 from llmdiag.errors import (
@@ -22,7 +24,7 @@ from llmdiag.errors import (
     ProbeError,
     UsageError,
 )
-from llmdiag.model import SignalSet
+from llmdiag.model import SignalSet, SourceInfo
 
 DEFAULT_DURATION_SECONDS = 20.0
 DEFAULT_INTERVAL_SECONDS = 1.0
@@ -88,6 +90,70 @@ def scrape_plan(duration_seconds: float, interval_seconds: float = DEFAULT_INTER
     return int(round(duration_seconds / interval)) + 1, interval
 
 
+@dataclass
+class TelemetryOptions:
+    """Which telemetry a live scan reads beside the server's own page."""
+
+    dcgm_url: str | None = None
+    # "auto": NVML when a GPU is visible here; "off": never. ``nvml_library`` stands in for the pynvml module
+    # (a recording's replay in tests)
+    nvml: str = "auto"
+    nvml_library: object | None = None
+    # the server's processes: these pids, or (when empty) whatever listens on the server's port on this machine
+    pids: list[int] = field(default_factory=list)
+    host: bool = True
+
+
+def dcgm_source(url: str, like: Connection) -> Source:
+    page = HttpMetricsSource(dcgm_connection(url, like))
+    return Source(
+        spec=load_probe("dcgm"),
+        display_url=page.display_url,
+        read=page.scrape,
+        close=page.close,
+        label="DCGM exporter",
+        hint=DCGM_HINT,
+    )
+
+
+def open_telemetry(connection: Connection, options: TelemetryOptions) -> tuple[list[Source], list[SourceInfo]]:
+    """The telemetry sources that could be opened, and a coverage line for each one that could not."""
+    sources: list[Source] = []
+    missing: list[SourceInfo] = []
+
+    def add(opened: Source | SourceInfo) -> None:
+        (sources if isinstance(opened, Source) else missing).append(opened)
+
+    if options.dcgm_url:
+        add(dcgm_source(options.dcgm_url, connection))
+    if options.nvml != "off":
+        from llmdiag.collect.nvml import open_nvml_source
+
+        add(open_nvml_source(options.nvml_library, remote_gpus=bool(options.dcgm_url)))
+    if options.host:
+        from llmdiag.collect.host import open_host_source
+
+        add(open_host_source(connection.base_url, options.pids))
+    return sources, missing
+
+
+def _read(source: Source, index: int, count: int) -> None:
+    """One read of a source. A required source's first failure raises; an optional one's drops it."""
+    try:
+        scrape = source.read()
+        if not source.scrapes and source.check_first:
+            check_server(source.spec, scrape, source.display_url, source.hint or None)
+        source.scrapes.append(scrape)
+    except ProbeError as exc:
+        if source.required and not source.scrapes:
+            raise
+        if not source.scrapes:
+            source.dropped = f"{source.label}: {exc.message}" + (f" ({source.hint})" if source.hint else "")
+            return
+        of = f"{index}/{count}" if count else f"{index}"
+        source.failures.append(f"{'scrape' if source.required else source.label + ' read'} {of} failed: {exc.message}")
+
+
 def collect_live(
     connection: Connection,
     duration_seconds: float = DEFAULT_DURATION_SECONDS,
@@ -95,62 +161,65 @@ def collect_live(
     on_progress: ProgressCallback | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-    dcgm_url: str | None = None,
+    telemetry: TelemetryOptions | None = None,
 ) -> SignalSet:
-    """Scrape the server (and the DCGM page, when given) over the window, both in the same loop.
+    """Read the server's page and every telemetry source over one window, each on its own interval.
 
-    The first failure of either page is fatal; later ones are tolerated and noted. Without ``dcgm_url`` no GPU
-    signal is collected at all: the rules that need them are skipped, never fed zeros.
+    The server's first failure is fatal; later ones are tolerated and noted. Telemetry that cannot be read is
+    left out with a line in the coverage; the rules that need it are then skipped, never fed zeros.
     """
+    telemetry = telemetry or TelemetryOptions(nvml="off", host=False)
     spec = load_probe(probe)
-    source = HttpMetricsSource(connection, spec.metrics_path)
-    dcgm_spec = load_probe("dcgm") if dcgm_url else None
-    dcgm = HttpMetricsSource(dcgm_connection(dcgm_url, connection)) if dcgm_url else None
+    page = HttpMetricsSource(connection, spec.metrics_path)
+    server = Source(
+        spec=spec, display_url=page.display_url, read=page.scrape, close=page.close, required=True, label=spec.server
+    )
+    optional, missing = open_telemetry(connection, telemetry)
     count, interval = scrape_plan(duration_seconds)
-    scrapes: list[Scrape] = []
-    dcgm_scrapes: list[Scrape] = []
-    failures: list[str] = []
     try:
         start = clock()
-        for i in range(count):
-            due = start + i * interval
-            wait = due - clock()
+        end = start + (count - 1) * interval
+        due = {id(s): start for s in optional}
+        server_reads = 0
+        while server_reads < count:
+            server_due = start + server_reads * interval
+            active = [s for s in optional if s.dropped is None and due[id(s)] <= min(server_due, end)]
+            # telemetry due before (or with) the server's next scrape goes first
+            source = min(active, key=lambda s: due[id(s)]) if active else server
+            at = due[id(source)] if source is not server else server_due
+            wait = at - clock()
             if wait > 0:
                 sleep(wait)
-            try:
-                scrapes.append(source.scrape())
-            except ProbeError as exc:
-                if not scrapes:
-                    raise
-                failures.append(f"scrape {i + 1}/{count} failed: {exc.message}")
-            if i == 0:  # the first scrape succeeded, or we raised above
-                check_server(spec, scrapes[0], source.display_url)
-            if dcgm is not None and dcgm_spec is not None:
-                try:
-                    dcgm_scrapes.append(dcgm.scrape())
-                except ProbeError as exc:
-                    if not dcgm_scrapes:
-                        exc.message, exc.hint = f"DCGM exporter: {exc.message}", DCGM_HINT
-                        exc.args = (exc.message,)
-                        raise
-                    failures.append(f"DCGM scrape {i + 1}/{count} failed: {exc.message}")
-                if i == 0:
-                    check_server(dcgm_spec, dcgm_scrapes[0], dcgm.display_url, DCGM_HINT)
-            if on_progress:
-                on_progress(i + 1, count)
+            if source is server:
+                server_reads += 1
+                _read(server, server_reads, count)
+                if on_progress:
+                    on_progress(server_reads, count)
+            else:
+                _read(source, len(source.scrapes) + 1, 0)
+                # never fall behind by more than one interval: a slow read skips samples, it does not pile them up
+                due[id(source)] = max(due[id(source)] + source.interval_seconds, clock())
     finally:
-        source.close()
-        if dcgm is not None:
-            dcgm.close()
-    if len(scrapes) < 2:
+        for source in (server, *optional):
+            source.close()
+    if len(server.scrapes) < 2:
         raise EmptyWindowError(
-            f"only {len(scrapes)} of {count} scrapes of {source.display_url} succeeded: no window to measure"
-            + (f" ({failures[-1]})" if failures else "")
+            f"only {len(server.scrapes)} of {count} scrapes of {server.display_url} succeeded: no window to measure"
+            + (f" ({server.failures[-1]})" if server.failures else "")
         )
-    signal_set = build_signal_set(spec, scrapes, source.display_url)
-    if dcgm is not None and dcgm_spec is not None:
-        merge_signal_sets(signal_set, build_signal_set(dcgm_spec, dcgm_scrapes, dcgm.display_url))
-    signal_set.anomalies += failures
+    signal_set = build_signal_set(spec, server.scrapes, server.display_url)
+    signal_set.anomalies += server.failures
+    for source in optional:
+        if source.dropped is None and len(source.scrapes) < 2:
+            source.dropped = f"{source.label}: only {len(source.scrapes)} read(s) in the window, too few to measure"
+        if source.dropped is not None:
+            missing.append(unavailable_source(source.spec.name, source.label, source.dropped))
+            continue
+        part = build_signal_set(source.spec, source.scrapes, source.display_url)
+        part.sources[-1].config.update(source.details)
+        merge_signal_sets(signal_set, part)
+        signal_set.anomalies += source.failures
+    signal_set.sources += missing
     return signal_set
 
 

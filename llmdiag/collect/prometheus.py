@@ -35,6 +35,8 @@ class Scrape:
     series: dict[str, dict[LabelKey, float]] = field(default_factory=dict)
     types: dict[str, str] = field(default_factory=dict)
     size_bytes: int = 0
+    # sample name → why it has no value (a local probe's call failed); exposition pages leave this empty
+    unavailable: dict[str, str] = field(default_factory=dict)
 
     def names(self) -> set[str]:
         return set(self.series)

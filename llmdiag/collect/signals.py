@@ -15,7 +15,7 @@ from llmdiag.engine.schema import ProbeSpec, SignalSpec
 from llmdiag.model import Signal, SignalSet, SourceInfo, Window
 
 # labels that tell series of one metric apart without changing what it measures
-SERIES_LABELS = ("engine", "model_name", "gpu", "GPU_I_ID")
+SERIES_LABELS = ("engine", "model_name", "gpu", "GPU_I_ID", "process")
 
 # DCGM's "blank" codes (catalog, general traps): DCGM_INT64_BLANK = 0x7ffffffffffffff0 and the codes just above it
 # (not found, not supported, no permission …), and DCGM_FP64_BLANK = 2**47 with its codes. As doubles the int64
@@ -40,7 +40,22 @@ def drop_blanks(scrape: Scrape, blanks: dict[str, int]) -> Scrape:
             blanks[name] = blanks.get(name, 0) + len(values) - len(kept)
         if kept:
             series[name] = kept
-    return Scrape(at_unix=scrape.at_unix, series=series, types=scrape.types, size_bytes=scrape.size_bytes)
+    return Scrape(
+        at_unix=scrape.at_unix,
+        series=series,
+        types=scrape.types,
+        size_bytes=scrape.size_bytes,
+        unavailable=scrape.unavailable,
+    )
+
+
+def _bits_set(scrape: Scrape, name: str, mask: int) -> Scrape:
+    """The scrape with ``name``'s bitmask samples read as 1 (any bit of ``mask`` set) or 0."""
+    values = scrape.series.get(name)
+    if not values:
+        return scrape
+    flags = {k: float(bool(int(v) & mask)) for k, v in values.items()}
+    return Scrape(at_unix=scrape.at_unix, series={**scrape.series, name: flags}, types=scrape.types)
 
 
 def _series_name(key: LabelKey) -> str:
@@ -90,8 +105,11 @@ class SignalBuilder:
         wire = _wire_name(spec, self.real)
         if wire is None:
             blank = [m for m in spec.metrics if m in self.blanks]
+            told = [s.unavailable[m] for s in reversed(self.real) for m in spec.metrics if m in s.unavailable]
             if blank:
                 reason = f"{blank[0]} reads DCGM's blank value (no data or not supported on this GPU) in every scrape"
+            elif told:
+                reason = told[0]
             else:
                 reason = f"not exposed by this server (looked for {', '.join(spec.metrics)})"
             if spec.missing_note:
@@ -116,7 +134,8 @@ class SignalBuilder:
         return builder(spec, wire, common)
 
     def _gauge(self, spec: SignalSpec, wire: str, common: dict) -> Signal:
-        gw = gauge_window(self.real, wire, spec.match, spec.aggregate)
+        scrapes = self.real if spec.any_bits is None else [_bits_set(s, wire, spec.any_bits) for s in self.real]
+        gw = gauge_window(scrapes, wire, spec.match, spec.aggregate)
         if not gw.points:
             return Signal(**common, unavailable=f"{wire} has no series matching {spec.match}")
         if spec.scale != 1.0:

@@ -41,6 +41,9 @@ class SignalSpec(_Strict):
     scale: float = 1.0
     valid_min: float | None = None
     valid_max: float | None = None
+    # bitmask gauges (clock event reasons): a sample reads 1 when any of these bits is set, else 0, so the
+    # gauge's mean is the share of samples with one of those reasons active
+    any_bits: int | None = None
     # info metrics: the numeric label that carries the value
     label: str | None = None
     # a note shown when an older alias was used (e.g. a unit change)

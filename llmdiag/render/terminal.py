@@ -60,6 +60,8 @@ def _headline(verdict: Verdict) -> RenderableType:
 def _context(verdict: Verdict) -> Text:
     bits = [verdict.target]
     for probe in verdict.coverage.probes:
+        if not probe.ok:
+            continue
         if probe.server:
             bits.append(probe.server)
         if probe.models:
@@ -152,6 +154,9 @@ def _roofline(verdict: Verdict) -> Text:
 
 def _coverage(verdict: Verdict) -> RenderableType:
     lines = Text()
+    for probe in verdict.coverage.probes:
+        if not probe.ok:
+            lines.append(f"  {probe.note}\n", style="yellow")
     for cls in verdict.coverage.classes:
         if cls.evaluated:
             lines.append(f"  {cls.category.value:11} evaluated ({cls.rules_run} rules", style="green")
