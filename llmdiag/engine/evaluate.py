@@ -41,11 +41,11 @@ ROOT_CAUSE_ORDER = {Category.memory: 3, Category.network: 2, Category.compute: 1
 SYMPTOM_OF = {Category.compute: Category.network}
 NOT_EVALUATED_REASON = {
     Category.network: (
-        "vLLM's metrics do not show inter-GPU communication; it needs GPU telemetry (pass --dcgm-url for "
-        "dcgm-exporter's page) or profiler traces, which this scan did not have"
+        "vLLM's metrics do not show inter-GPU communication; it needs GPU telemetry (NVML on the GPU host, or "
+        "--dcgm-url for dcgm-exporter's page) or profiler traces, which this scan did not have"
     ),
 }
-TELEMETRY_PROBES = {Category.network: frozenset({"dcgm"})}
+TELEMETRY_PROBES = {Category.network: frozenset({"dcgm", "nvml"})}
 PLACEHOLDER_RE = re.compile(r"\{([a-z0-9_]+)\.([a-z0-9]+)(?::([^}]+))?\}")
 
 
@@ -162,7 +162,7 @@ def _coverage(rules: tuple[RuleSpec, ...], outcomes: list[RuleOutcome], signals:
         skipped = [o for o in mine if o.status == "skipped"]
         reason = ""
         if not ran:
-            probes = {s.probe for s in signals.sources}
+            probes = {s.probe for s in signals.sources if s.ok}
             no_telemetry = category in NOT_EVALUATED_REASON and not probes & TELEMETRY_PROBES.get(category, probes)
             reason = NOT_EVALUATED_REASON[category] if no_telemetry else (
                 f"all {len(mine)} rules skipped: {skipped[0].reason}" if skipped else "no rules for this class"
