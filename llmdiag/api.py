@@ -16,7 +16,8 @@ from llmdiag.collect import (
 )
 from llmdiag.collect.http import Connection, redact_url
 from llmdiag.config import Settings
-from llmdiag.engine.capacity import roofline_for_window
+from llmdiag.engine.capacity import roofline_for_window, roofline_signal
+from llmdiag.engine.derived import add_derived
 from llmdiag.engine.evaluate import build_verdict
 from llmdiag.model import Verdict
 from llmdiag.sim.physics import Deployment
@@ -36,10 +37,15 @@ def diagnose(
     physics ceiling, which tells a compute verdict whether math or HBM bandwidth is the wall.
     """
     signals = collect_live(connection, duration_seconds, on_progress=on_progress, telemetry=telemetry)
+    roofline = None
+    if deployment is not None:
+        add_derived(signals)  # the roofline reads the window's batch; the rules may then cite the roofline
+        roofline = roofline_for_window(deployment, signals)
+        if roofline is not None:
+            signals.add(roofline_signal(roofline))
     verdict = build_verdict(signals, settings, target=redact_url(connection.base_url))
     verdict.tool_version = __version__
-    if deployment is not None:
-        verdict.roofline = roofline_for_window(deployment, signals)
+    verdict.roofline = roofline
     return verdict
 
 

@@ -130,6 +130,11 @@ def scan(
         bool,
         typer.Option("--nvml/--no-nvml", help="Read this machine's GPUs through NVML when a driver is present."),
     ] = True,
+    nvml_replay: Annotated[
+        Path | None,
+        typer.Option("--nvml-replay", hidden=True,
+                     help="Play back an NVML recording (bench/gpu_check.py --record) instead of the local driver."),
+    ] = None,
     pid: Annotated[
         list[int] | None,
         typer.Option("--pid", help="The server's process (repeatable; children included). Default: the process "
@@ -174,13 +179,28 @@ def scan(
         with scan_progress(connection.base_url, quiet=as_json) as tick:
             verdict = diagnose(
                 connection, duration, settings, on_progress=tick,
-                telemetry=TelemetryOptions(dcgm_url=dcgm_url, nvml="auto" if nvml else "off", pids=pid or []),
+                telemetry=TelemetryOptions(
+                    dcgm_url=dcgm_url,
+                    nvml="auto" if nvml or nvml_replay else "off",
+                    nvml_library=load_nvml_replay(nvml_replay) if nvml_replay else None,
+                    pids=pid or [],
+                ),
                 deployment=deployment_from_options(gpu, model_shape, tp),
             )
     except LlmdiagError as error:
         fail(error)
     emit(verdict, as_json, verbose)
     raise typer.Exit(exit_code(verdict, fail_on or FailOn.critical))
+
+
+def load_nvml_replay(path: Path):
+    from llmdiag.collect.nvml_record import ReplayNvml
+
+    try:
+        return ReplayNvml.from_file(path)
+    except (OSError, ValueError) as exc:
+        hint = "give a recording written by bench/gpu_check.py --record"
+        raise UsageError(f"--nvml-replay {path}: {exc}", hint) from None
 
 
 def deployment_from_options(gpu: str | None, model_shape: str | None, tp: int):

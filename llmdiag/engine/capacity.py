@@ -38,7 +38,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from llmdiag.errors import UsageError
-from llmdiag.model import Roofline, SignalSet
+from llmdiag.model import Roofline, Signal, SignalSet
 from llmdiag.sim.hardware import GIB, GpuSpec, ModelSpec, find_gpu, find_model, interconnect_for, min_tensor_parallel
 from llmdiag.sim.physics import (
     DEFAULT_ACTIVATION_RESERVE_BYTES,
@@ -526,4 +526,16 @@ def roofline_for_window(dep: Deployment, signals: SignalSet) -> Roofline | None:
         measured_tokens_per_second=measured,
         fraction_of_ceiling_ratio=measured / ceiling,
         bound_by=step.bound_by,
+    )
+
+
+def roofline_signal(roofline: Roofline) -> Signal:
+    """The fraction of the ceiling as a signal, so rules can cite it beside the GPU's own activity counters."""
+    return Signal(
+        name="roofline_fraction_ratio",
+        kind="derived",
+        unit="ratio",
+        stats={"value": roofline.fraction_of_ceiling_ratio},
+        source=f"decode tokens/s over the {roofline.bound_by} ceiling of {roofline.model} on {roofline.tp} × "
+        f"{roofline.gpu} (--gpu/--model-shape)",
     )
