@@ -16,7 +16,7 @@ A recording (JSON)::
      "events": {"seq": [[], [{"device": 0, "eventData": 79}]]}}
 
 ``{"seq": [...]}`` answers successive calls in turn (the last repeats); ``{"error": code}`` raises NVMLError(code);
-anything else is a constant answer.
+anything else is a constant answer. ``events`` holds one batch of XID events per drain (one drain per read).
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ class ReplayNvml:
         self.NVMLError = error_class or nvml_error_class()
         self.answers: dict[tuple[int, str], _Answers] = {}
         self.field_answers: dict[tuple[int, str], _Answers] = {}
-        self.events = _Answers(recording.get("events", {"seq": [[]]}))
+        # events happen once: past the recorded batches, drains find nothing (unlike state, which repeats)
+        self.event_batches = list(recording.get("events", {}).get("seq", []))
         self.pending_events: list[dict[str, Any]] | None = None
         self.initialised = False
 
@@ -143,7 +144,7 @@ class ReplayNvml:
 
     def nvmlEventSetWait_v2(self, events: str, timeout_ms: int) -> Any:  # noqa: N802
         if self.pending_events is None:
-            self.pending_events = list(self.events.next())
+            self.pending_events = list(self.event_batches.pop(0)) if self.event_batches else []
         if not self.pending_events:
             self.pending_events = None  # the next drain reads the next recorded batch
             self._raise(NVML_ERROR_TIMEOUT)
@@ -197,6 +198,8 @@ def _plain(value: Any) -> Any:
     """A pynvml answer as JSON: ctypes structs by field name, bytes as text."""
     if isinstance(value, bytes):
         return value.decode(errors="replace")
+    if isinstance(value, SimpleNamespace):  # a replay being recorded again
+        return {name: _plain(item) for name, item in vars(value).items()}
     if isinstance(value, ctypes.Structure | ctypes.Union):
         return {name: _plain(getattr(value, name)) for name, *_ in value._fields_}
     if isinstance(value, list | tuple):

@@ -154,9 +154,12 @@ def _roofline(verdict: Verdict) -> Text:
 
 def _coverage(verdict: Verdict) -> RenderableType:
     lines = Text()
-    for probe in verdict.coverage.probes:
+    for index, probe in enumerate(verdict.coverage.probes):
         if not probe.ok:
             lines.append(f"  {probe.note}\n", style="yellow")
+        elif index > 0:  # telemetry beside the server: what it read
+            details = "; ".join(f"{k} {v}" for k, v in probe.config.items())
+            lines.append(f"  {probe.server} {probe.url}" + (f": {details}" if details else "") + "\n", style="green")
     for cls in verdict.coverage.classes:
         if cls.evaluated:
             lines.append(f"  {cls.category.value:11} evaluated ({cls.rules_run} rules", style="green")

@@ -1,0 +1,70 @@
+"""GPU telemetry end to end through the CLI: no driver here (the real nvidia-ml-py says so), and NVML recordings
+of real devices replayed at the pynvml boundary with --nvml-replay, beside a real local HTTP server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import run_cli
+from tests.httpserver import ScriptedServer
+from tests.test_bad_input import FAST, growing_vllm
+
+FIXTURES = Path(__file__).parent / "fixtures" / "nvml"
+NO_GPU_LINE = "GPU telemetry: unavailable (no NVIDIA driver found; pass --dcgm-url for remote GPUs)"
+
+
+def scan_json(url: str, *extra: str) -> dict:
+    result = run_cli("scan", url, *FAST, "--json", *extra)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode in (0, 1), result.stderr
+    return json.loads(result.stdout)
+
+
+def test_without_a_gpu_the_coverage_says_so_and_gpu_rules_are_skipped():
+    with ScriptedServer(growing_vllm) as server:
+        verdict = scan_json(server.url)
+        text = run_cli("scan", server.url, *FAST)
+    [nvml] = [p for p in verdict["coverage"]["probes"] if p["probe"] == "nvml"]
+    assert nvml["ok"] is False and nvml["note"] == NO_GPU_LINE
+    network = next(c for c in verdict["coverage"]["classes"] if c["category"] == "network")
+    assert network["evaluated"] is False and "GPU telemetry" in network["reason"]
+    skipped = {r["code"]: r["reason"] for r in verdict["coverage"]["rules"] if r["status"] == "skipped"}
+    assert "NET001" in skipped and "gpu_utilization_ratio" in skipped["NET001"]
+    assert "gpu_utilization_ratio" not in verdict["signals"]  # never a zero
+    assert NO_GPU_LINE in text.stdout[text.stdout.index("Coverage"):]
+
+
+def test_no_nvml_flag_leaves_nvml_out_entirely():
+    with ScriptedServer(growing_vllm) as server:
+        verdict = scan_json(server.url, "--no-nvml")
+    assert "nvml" not in [p["probe"] for p in verdict["coverage"]["probes"]]
+
+
+def test_an_h100_recording_feeds_the_gpu_signals_and_the_network_class():
+    with ScriptedServer(growing_vllm) as server:
+        verdict = scan_json(server.url, "--nvml-replay", str(FIXTURES / "h100-sxm-tp2-decode.json"))
+    [nvml] = [p for p in verdict["coverage"]["probes"] if p["probe"] == "nvml"]
+    assert nvml["ok"] is True and nvml["config"]["gpus"] == "2 × NVIDIA H100 80GB HBM3"
+    signals = verdict["signals"]
+    assert signals["gpu_utilization_ratio"]["stats"]["mean"] > 0.98
+    assert signals["gpu_power_limit_watts"]["stats"]["mean"] == 700.0
+    assert signals["nvlink_active_links"]["stats"]["min"] == 18
+    network = next(c for c in verdict["coverage"]["classes"] if c["category"] == "network")
+    assert network["evaluated"] is True
+
+
+def test_a_consumer_recording_shows_unsupported_signals_as_unavailable():
+    with ScriptedServer(growing_vllm) as server:
+        verdict = scan_json(server.url, "--nvml-replay", str(FIXTURES / "rtx4090-x2-pcie-power-capped.json"))
+    ecc = verdict["signals"]["ecc_uncorrected_errors_per_second"]
+    assert ecc["stats"] == {} and "not supported on this GPU" in ecc["unavailable"]
+    assert verdict["signals"]["clocks_power_capped_ratio"]["stats"]["mean"] == 1.0
+
+
+def test_a_file_that_is_not_a_recording_is_a_clean_error(tmp_path: Path):
+    bad = tmp_path / "not-a-recording.json"
+    bad.write_text('{"hello": 1}')
+    result = run_cli("scan", "http://127.0.0.1:9", *FAST, "--nvml-replay", str(bad))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "not an NVML recording" in result.stderr and "gpu_check.py --record" in result.stderr
