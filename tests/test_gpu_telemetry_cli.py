@@ -68,3 +68,20 @@ def test_a_file_that_is_not_a_recording_is_a_clean_error(tmp_path: Path):
     result = run_cli("scan", "http://127.0.0.1:9", *FAST, "--nvml-replay", str(bad))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "not an NVML recording" in result.stderr and "gpu_check.py --record" in result.stderr
+
+
+def test_nvml_is_sampled_on_its_own_faster_interval_in_the_same_window():
+    from llmdiag.api import diagnose
+    from llmdiag.collect import TelemetryOptions
+    from llmdiag.collect.http import Connection
+    from llmdiag.collect.nvml_record import ReplayNvml
+
+    replay = ReplayNvml.from_file(FIXTURES / "h100-sxm-tp2-decode.json")
+    with ScriptedServer(growing_vllm) as server:
+        verdict = diagnose(Connection(base_url=server.url), 2.0,
+                           telemetry=TelemetryOptions(nvml_library=replay, host=False))  # fmt: skip
+    assert verdict.window.scrapes == 3  # the server: at least 3 scrapes, 1 s apart at most
+    samples = verdict.signals["gpu_utilization_ratio"].samples
+    assert len(samples) >= 4  # NVML every 0.5 s over the same 2 s
+    times = [t for t, _ in samples]
+    assert verdict.window.start_unix - 0.5 <= times[0] and times[-1] <= verdict.window.end_unix + 0.5
