@@ -37,8 +37,9 @@ ROOT_CAUSE_ORDER = {Category.memory: 3, Category.network: 2, Category.compute: 1
 # why a class could not be judged when the probe its rules need was absent from the scan; with the probe present,
 # the skipped rules' own reasons are given instead (e.g. a profiling field switched off in dcgm-exporter)
 # a class whose findings are the expected symptom of another class's root cause: a step stretched by inter-GPU
-# collectives is a slow step, so CMP001 beside NET001 confirms the link rather than competing with it
-SYMPTOM_OF = {Category.compute: Category.network}
+# collectives is a slow step, so CMP001 beside NET001 confirms the link rather than competing with it; and an engine
+# stalled on a spinning collective (SCH003 beside NET005), or queueing behind link-bound steps, is the link's symptom
+SYMPTOM_OF = {Category.compute: Category.network, Category.scheduling: Category.network}
 NOT_EVALUATED_REASON = {
     Category.network: (
         "vLLM's metrics do not show inter-GPU communication; it needs GPU telemetry (NVML on the GPU host, or "

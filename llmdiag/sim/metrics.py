@@ -25,6 +25,17 @@ same work. Every value is derived from the steps of the last second (``Engine.ac
                                     reserve and the whole KV pool) plus ~0.5 GiB of CUDA context; flat under load
     DCGM_FI_DEV_POWER_USAGE         W: idle + (TDP − idle) · min(1, tensor + ½ · DRAM + ⅕ · all-reduce share): a
                                     rough shape (math-bound steps draw the most), not a calibrated model
+    DCGM_FI_DEV_SM_CLOCK            MHz: the part's maximum SM clock while anything ran in the last second, 210 MHz
+                                    when nothing did (an idle A800 on the recorded page in tests/fixtures/dcgm); the
+                                    simulated GPUs never throttle: the power shape above stays within the limit
+    DCGM_FI_DEV_GPU_TEMP            °C: 30 °C inlet + 40 °C at the power limit, in proportion to power: a rough shape
+    DCGM_FI_DEV_PCIE_REPLAY_COUNTER counter: 0, healthy links (prometheus_client writes the sample as …_total; a real
+                                    exporter writes the bare name under '# TYPE … counter', which parses the same)
+    DCGM_FI_DEV_XID_ERRORS          the last XID code: 0, none
+
+Only dcgm-exporter's default fields are added beyond the profiling ones above: the maximum SM clock, the enforced
+power limit, the clock event reasons and the PCIe link generation and width are not on its default list, so a scan
+of the simulator shows how llmdiag reports them missing and how to enable them.
 """
 
 from __future__ import annotations
@@ -56,6 +67,11 @@ GPU_MODEL_NAMES = {"H100": "NVIDIA H100 80GB HBM3", "H200": "NVIDIA H200", "A100
                    "L4": "NVIDIA L4"}  # fmt: skip
 GPU_POWER_WATTS = {"H100": (70.0, 700.0), "H200": (75.0, 700.0), "A100": (60.0, 400.0), "L4": (16.0, 72.0)}
 DEFAULT_POWER_WATTS = (60.0, 400.0)
+# the maximum SM clock nvidia-smi reports (clocks.max.sm), MHz; an idle GPU drops to a few hundred
+GPU_MAX_SM_CLOCK_MHZ = {"H100": 1980.0, "H200": 1980.0, "A100": 1410.0, "L4": 2040.0}
+DEFAULT_MAX_SM_CLOCK_MHZ = 1410.0
+IDLE_SM_CLOCK_MHZ = 210.0
+INLET_CELSIUS, RISE_AT_POWER_LIMIT_CELSIUS = 30.0, 40.0
 HOSTNAME = "llmdiag-sim"
 
 Clock = Callable[[], float]
@@ -297,7 +313,13 @@ class DcgmCollector(Collector):
         total_mib = dep.gpu.memory_bytes / MIB
         used_mib = min(total_mib, round((dep.gpu.memory_bytes * dep.gpu_memory_utilization + CUDA_CONTEXT_BYTES) / MIB))
         busy = act.ratio(act.busy_seconds)
+        max_clock = GPU_MAX_SM_CLOCK_MHZ.get(dep.gpu.name, DEFAULT_MAX_SM_CLOCK_MHZ)
+        sm_clock = max_clock if busy > 0 else IDLE_SM_CLOCK_MHZ
+        temperature = INLET_CELSIUS + RISE_AT_POWER_LIMIT_CELSIUS * power / limit_w
         fields: list[tuple[str, str, float]] = [
+            ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", sm_clock),
+            ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", round(temperature)),
+            ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", 0),
             ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", round(100 * busy)),
             ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", round(100 * dram)),
             ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", total_mib - used_mib),
@@ -327,6 +349,10 @@ class DcgmCollector(Collector):
             for labels in self.labels:
                 family.add_metric(list(labels.values()), float(value))
             yield family
+        replays = CounterMetricFamily("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries.", labels=names)
+        for labels in self.labels:
+            replays.add_metric(list(labels.values()), 0.0)
+        yield replays
 
 
 def dcgm_registry(engine: Engine, now: Clock, hostname: str = HOSTNAME) -> CollectorRegistry:
