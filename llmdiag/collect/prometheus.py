@@ -61,15 +61,49 @@ def parse_exposition(text: str, at_unix: float | None, origin: str = "metrics pa
         raise ExpositionParseError(f"{origin} ends mid-line: the exposition is truncated")
     scrape = Scrape(at_unix=at_unix, size_bytes=len(text))
     try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                scrape.series.setdefault(sample.name, {})[label_key(sample.labels)] = float(sample.value)
-                scrape.types.setdefault(sample.name, family.type)
+        _parse_into(scrape, text)
     except Exception as exc:  # the parser raises ValueError, IndexError, KeyError… on garbage
-        raise ExpositionParseError(f"{origin} is not valid Prometheus text: {exc}") from None
+        # dcgm-exporter writes 'ERROR - FAILED TO CONVERT TO STRING' for fields it cannot read: drop such samples,
+        # say which, and keep the rest of the page; a page that is garbage throughout still fails
+        kept, unreadable = _drop_unreadable_samples(text)
+        if not unreadable:
+            raise ExpositionParseError(f"{origin} is not valid Prometheus text: {exc}") from None
+        scrape = Scrape(at_unix=at_unix, size_bytes=len(text))
+        try:
+            _parse_into(scrape, kept)
+        except Exception:
+            scrape.series.clear()
+        if not scrape.series:
+            raise ExpositionParseError(f"{origin} is not valid Prometheus text: {exc}") from None
+        for name, value in unreadable.items():
+            scrape.unavailable[name] = f"the exporter wrote '{value}' instead of a number"
     if not scrape.series:
         raise NotMetricsError(f"{origin} holds no metric samples")
     return scrape
+
+
+def _parse_into(scrape: Scrape, text: str) -> None:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            scrape.series.setdefault(sample.name, {})[label_key(sample.labels)] = float(sample.value)
+            scrape.types.setdefault(sample.name, family.type)
+
+
+def _drop_unreadable_samples(text: str) -> tuple[str, dict[str, str]]:
+    """The page without sample lines whose value is not a number, and those samples' names → what they held."""
+    kept: list[str] = []
+    unreadable: dict[str, str] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, rest = line.partition("{") if "{" in line.split(" ", 1)[0] else line.partition(" ")
+            value = rest.rpartition("}")[2].strip() if "{" in line.split(" ", 1)[0] else rest.strip()
+            try:
+                float(value.split()[0] if value else "")
+            except ValueError:
+                unreadable[name.strip()] = value
+                continue
+        kept.append(line)
+    return "\n".join(kept) + "\n", unreadable
 
 
 def _matches(key: LabelKey, match: Mapping[str, str]) -> bool:

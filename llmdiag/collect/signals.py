@@ -96,6 +96,8 @@ class SignalBuilder:
     def _verify(self, wire: str, kind: str) -> str:
         grep = f"curl -s {self.source_url} | grep '^{wire}'"
         if kind == "counter":
+            # the parser names counter samples *_total; exporters such as dcgm-exporter write the bare name
+            grep = f"curl -s {self.source_url} | grep '^{wire.removesuffix('_total')}'"
             return f"{grep}  # run twice, N s apart: rate = difference / N"
         if kind == "histogram":
             return f"curl -s {self.source_url} | grep '^{wire}_bucket'  # difference two reads for the window"
@@ -120,7 +122,7 @@ class SignalBuilder:
             kind=spec.kind,
             unit=spec.unit,
             source=self._source(wire),
-            verify=self._verify(wire, spec.kind),
+            verify=spec.verify or self.spec.verify or self._verify(wire, spec.kind),
             window_seconds=self.duration,
         )
         if wire != spec.metrics[0] and spec.alias_note:

@@ -50,6 +50,8 @@ class SignalSpec(_Strict):
     alias_note: str = ""
     # appended to the reason when no wire name is present (e.g. how to enable an off-by-default field)
     missing_note: str = ""
+    # how a user checks this value by hand, when the probe's own command does not fit
+    verify: str = ""
 
     @model_validator(mode="after")
     def _units_in_names(self) -> SignalSpec:
@@ -71,6 +73,8 @@ class ProbeSpec(_Strict):
     config_metric: str | None = None
     # DCGM-style "blank" sentinel values (no data / not supported) are dropped as missing, never read as numbers
     blank_sentinels: bool = False
+    # how a user checks this probe's values by hand; empty: curl the page and grep the metric (HTTP probes)
+    verify: str = ""
     signal: list[SignalSpec]
 
     @field_validator("signal")

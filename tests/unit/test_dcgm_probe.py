@@ -182,7 +182,7 @@ UNCONVERTIBLE = "ERROR - FAILED TO CONVERT TO STRING"
 
 
 def a800_text() -> str:
-    """The recorded page without its unconvertible samples (the page as recorded: see the xfail below)."""
+    """The recorded page without its unconvertible samples (the page as recorded is read in the test below)."""
     lines = A800_PAGE.read_text(encoding="utf-8").splitlines()
     return "\n".join(line for line in lines if not line.endswith(UNCONVERTIBLE)) + "\n"
 
@@ -193,14 +193,10 @@ def a800_set(scrapes: int = 2) -> SignalSet:
     return build_signal_set(load_probe("dcgm"), pages, "http://msxf-hpc-64-35-ai:9400/metrics")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="parse_exposition (llmdiag/collect/prometheus.py) rejects a whole page when one sample's value is "
-    "dcgm-exporter's 'ERROR - FAILED TO CONVERT TO STRING'; such samples should be dropped as missing",
-)
 def test_the_recorded_page_is_read_despite_its_unconvertible_samples():
     scrape = parse_exposition(A800_PAGE.read_text(encoding="utf-8"), 1000.0)
     assert "DCGM_FI_DEV_VGPU_PER_PROCESS_UTILIZATION" not in scrape.series
+    assert "FAILED TO CONVERT" in scrape.unavailable["DCGM_FI_DEV_VGPU_PER_PROCESS_UTILIZATION"]
     assert len(scrape.series["DCGM_FI_DEV_SM_CLOCK"]) == 10
 
 
