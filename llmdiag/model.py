@@ -139,6 +139,8 @@ class Finding(BaseModel):
     fixes: list[str] = Field(default_factory=list)
     # how far past its critical threshold the ladder signal is: orders findings of equal severity
     margin: float = 0.0
+    # shown, but never the verdict's class (rules with ``advisory = true``)
+    advisory: bool = False
 
 
 class RuleOutcome(BaseModel):

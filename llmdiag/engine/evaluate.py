@@ -150,6 +150,7 @@ def evaluate_rule(
         why=rule.why,
         fixes=fixes_for(rule, server),
         margin=min(margin, 1e6),
+        advisory=rule.advisory,
     )
     return RuleOutcome(code=rule.code, status="fired", reason=finding.summary), finding
 
@@ -216,6 +217,7 @@ def _confidence(
         others = [
             f for f in findings
             if f.category in BOTTLENECK_CATEGORIES
+            and not f.advisory
             and f.category is not primary.category
             and f.severity is primary.severity
         ]
@@ -272,7 +274,7 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
         if finding is not None:
             findings.append(finding)
     findings.sort(key=lambda f: (f.severity.rank, ROOT_CAUSE_ORDER.get(f.category, -1), f.margin), reverse=True)
-    classed = [f for f in findings if f.category in BOTTLENECK_CATEGORIES]
+    classed = [f for f in findings if f.category in BOTTLENECK_CATEGORIES and not f.advisory]
     primary = classed[0] if classed else None
     missing = [n for n in CORE_SIGNALS if (s := signals.get(n)) is None or s.unavailable is not None]
     if primary is not None:

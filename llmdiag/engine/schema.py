@@ -146,6 +146,9 @@ class RuleSpec(_Strict):
     title: str
     category: Category
     status: Literal["preview", "stable", "deprecated"] = "stable"
+    # a fault or a risk worth fixing that does not by itself limit the server (a degraded but idle link, an OOM
+    # risk): shown with its evidence, never the verdict's class
+    advisory: bool = False
     summary: str
     what: str
     why: str

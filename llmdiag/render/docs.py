@@ -23,7 +23,8 @@ def render_rule_markdown(rule: RuleSpec) -> str:
     lines = [
         f"# {rule.code} {rule.slug}",
         "",
-        f"**{rule.title}** · class `{rule.category.value}` · status `{rule.status}`",
+        f"**{rule.title}** · class `{rule.category.value}` · status `{rule.status}`"
+        + (" · advisory (shown, never the verdict's class)" if rule.advisory else ""),
         "",
         "## What it catches",
         "",

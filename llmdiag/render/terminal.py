@@ -99,6 +99,8 @@ def _finding(finding: Finding, verbose: bool) -> RenderableType:
     head.append(f" {finding.code} ", style="bold")
     head.append(f"{finding.title}  ", style="bold")
     head.append(f"[{finding.slug}]", style="dim")
+    if finding.advisory:
+        head.append("  advisory: not what limits the server now", style="dim italic")
     fixes = Text()
     if finding.fixes:
         fixes.append(f"  Fix: {finding.fixes[0]}\n")

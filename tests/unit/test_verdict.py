@@ -149,3 +149,19 @@ def test_queue_share_above_one_is_not_trusted():
     share = verdict.signals["queue_share_of_ttft_ratio"]
     assert share.unavailable and "different requests" in share.unavailable
     assert "SCH002" not in {f.code for f in verdict.findings}
+
+
+def test_an_advisory_finding_is_shown_but_never_the_class():
+    # a healthy server whose GPU is 97 % full and shared with a second process: MEM004 warns of an OOM risk
+    shared_gpu = dict(
+        HEALTHY,
+        gpu_memory_used_bytes={"mean": 78e9, "max": 78e9, "last": 78e9},
+        gpu_memory_free_bytes={"mean": 2.4e9, "min": 2.4e9, "last": 2.4e9},
+        gpu_process_count={"mean": 2, "max": 2, "last": 2},
+    )
+    verdict = build_verdict(make(**shared_gpu))
+    [finding] = verdict.findings
+    assert finding.code == "MEM004" and finding.advisory
+    used = next(e for e in finding.evidence if e.signal == "gpu_memory_used_ratio")
+    assert used.value == 78e9 / (78e9 + 2.4e9)
+    assert verdict.bottleneck is Bottleneck.healthy
