@@ -58,6 +58,20 @@ def _bits_set(scrape: Scrape, name: str, mask: int) -> Scrape:
     return Scrape(at_unix=scrape.at_unix, series={**scrape.series, name: flags}, types=scrape.types)
 
 
+MIG_LABELS = ("GPU_I_ID", "GPU_I_PROFILE")
+
+
+def _one_per_gpu(scrape: Scrape, name: str) -> Scrape:
+    """The scrape with ``name``'s MIG-instance copies of a device-wide value folded into one series per GPU."""
+    values = scrape.series.get(name)
+    if not values:
+        return scrape
+    folded: dict[LabelKey, float] = {}
+    for key, value in values.items():
+        folded.setdefault(tuple((k, v) for k, v in key if k not in MIG_LABELS), value)
+    return Scrape(at_unix=scrape.at_unix, series={**scrape.series, name: folded}, types=scrape.types)
+
+
 def _series_name(key: LabelKey) -> str:
     labels = dict(key)
     parts = [f"{k}={labels[k]}" for k in SERIES_LABELS if k in labels]
@@ -136,7 +150,9 @@ class SignalBuilder:
         return builder(spec, wire, common)
 
     def _gauge(self, spec: SignalSpec, wire: str, common: dict) -> Signal:
-        scrapes = self.real if spec.any_bits is None else [_bits_set(s, wire, spec.any_bits) for s in self.real]
+        scrapes = self.real if not spec.per_gpu else [_one_per_gpu(s, wire) for s in self.real]
+        if spec.any_bits is not None:
+            scrapes = [_bits_set(s, wire, spec.any_bits) for s in scrapes]
         gw = gauge_window(scrapes, wire, spec.match, spec.aggregate)
         if not gw.points:
             return Signal(**common, unavailable=f"{wire} has no series matching {spec.match}")
@@ -158,7 +174,8 @@ class SignalBuilder:
         )
 
     def _counter(self, spec: SignalSpec, wire: str, common: dict) -> Signal:
-        cw = counter_increase(self.window_scrapes, wire, spec.match)
+        scrapes = self.window_scrapes if not spec.per_gpu else [_one_per_gpu(s, wire) for s in self.window_scrapes]
+        cw = counter_increase(scrapes, wire, spec.match)
         if cw.resets:
             self.resets += cw.resets
             self.anomalies.append(f"{wire} went backwards {cw.resets} time(s): the server restarted in the window")

@@ -44,6 +44,9 @@ class SignalSpec(_Strict):
     # bitmask gauges (clock event reasons): a sample reads 1 when any of these bits is set, else 0, so the
     # gauge's mean is the share of samples with one of those reasons active
     any_bits: int | None = None
+    # a device-wide field that DCGM repeats on every MIG instance of a GPU: count each GPU once, or sums and
+    # means would weigh a partitioned GPU once per instance
+    per_gpu: bool = False
     # info metrics: the numeric label that carries the value
     label: str | None = None
     # a note shown when an older alias was used (e.g. a unit change)

@@ -215,11 +215,9 @@ def test_recorded_a800_page_values_in_base_units_per_gpu_and_mig_instance():
     signals = a800_set()
     clock = signals.get("sm_clock_hertz")
     assert clock.unavailable is None and clock.stats["min"] == 210e6  # idle GPUs 1-7; the MIG GPU runs 1410 MHz
-    assert clock.by_series["gpu=0,GPU_I_ID=3"] == 1410e6 and clock.by_series["gpu=7"] == 210e6
+    assert clock.by_series["gpu=0"] == 1410e6 and clock.by_series["gpu=7"] == 210e6  # device-wide: once per GPU
     assert signals.get("memory_clock_hertz").stats["min"] == 1593e6
     assert signals.get("gpu_temperature_celsius").stats["max"] == 33.0
-    watts = [78.174, 78.174, 78.446, 55.942, 53.752, 56.990, 58.643, 54.581, 57.145, 55.011]
-    assert signals.get("gpu_power_watts").stats["mean"] == pytest.approx(sum(watts) / len(watts))
     used, free = signals.get("gpu_memory_used_bytes"), signals.get("gpu_memory_free_bytes")
     assert used.stats["max"] == 10 * 1048576 and free.stats["min"] == 19957 * 1048576  # a MIG instance's own FB
     assert set(used.by_series) == {"gpu=0,GPU_I_ID=3", "gpu=0,GPU_I_ID=5", "gpu=0,GPU_I_ID=6"} | {
@@ -416,3 +414,14 @@ def test_simulator_dcgm_page_carries_the_default_fields_the_gpu_rules_read():
     assert "DCGM_FI_DEV_MAX_SM_CLOCK" in signals.get("sm_clock_ratio").unavailable
     assert "DCGM_FI_DEV_ENFORCED_POWER_LIMIT" in signals.get("gpu_power_ratio").unavailable
     assert signals.get("link_errors_per_second").stats["value"] == 0.0
+
+
+def test_device_wide_fields_count_a_mig_partitioned_gpu_once():
+    # GPU 0 is three MIG instances; its power is written on each. Counted once, the mean is over 8 GPUs.
+    signals = a800_set()
+    per_gpu_watts = [78.174, 55.942, 53.752, 56.990, 58.643, 54.581, 57.145, 55.011]
+    power = signals.get("gpu_power_watts")
+    assert power.stats["mean"] == pytest.approx(sum(per_gpu_watts) / 8)
+    assert len(power.by_series) == 8
+    # the framebuffer is per instance, so it keeps one series per instance
+    assert len(signals.get("gpu_memory_used_bytes").by_series) == 10
