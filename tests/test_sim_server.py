@@ -338,6 +338,22 @@ def test_preset_network_scans_network(tmp_path):
     assert verdict["confidence"] >= 0.75
 
 
+def test_scan_with_dcgm_url_reads_the_simulators_exporter_page_over_loopback():
+    """`llmdiag scan URL --dcgm-url URL` as a Kubernetes user runs it: the server and its GPUs' exporter page."""
+    preset = get_preset("network")
+    with SimServer(preset) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=60):
+        time.sleep(WARMUP_SECONDS)
+        result = run_cli("scan", sim.url, "--dcgm-url", sim.dcgm_url, "--no-nvml", "--duration", SCAN_SECONDS,
+                         "--json", "--fail-on", "never", timeout=90)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    verdict = json.loads(result.stdout)
+    assert verdict["bottleneck"] == "network", describe(verdict)
+    assert primary(verdict)["code"] == "NET001"
+    [dcgm] = [p for p in verdict["coverage"]["probes"] if p["probe"] == "dcgm"]
+    assert dcgm["ok"] and dcgm["url"] == sim.dcgm_url
+    assert verdict["signals"]["sm_clock_hertz"]["stats"]["min"] > 0  # a default exporter field, read live
+
+
 def test_preset_network_shows_busy_links_and_idle_sms_on_the_dcgm_page():
     preset = get_preset("network")
     with SimServer(preset) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=30):
