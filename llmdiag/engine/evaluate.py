@@ -273,7 +273,10 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
         outcomes.append(outcome)
         if finding is not None:
             findings.append(finding)
-    findings.sort(key=lambda f: (f.severity.rank, ROOT_CAUSE_ORDER.get(f.category, -1), f.margin), reverse=True)
+    # what limits the server first, then advisories and sanity notes
+    findings.sort(
+        key=lambda f: (not f.advisory, f.severity.rank, ROOT_CAUSE_ORDER.get(f.category, -1), f.margin), reverse=True
+    )
     classed = [f for f in findings if f.category in BOTTLENECK_CATEGORIES and not f.advisory]
     primary = classed[0] if classed else None
     missing = [n for n in CORE_SIGNALS if (s := signals.get(n)) is None or s.unavailable is not None]

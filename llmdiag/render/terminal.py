@@ -33,6 +33,24 @@ UNIT_LABELS = {
 }
 
 
+# large physical quantities in the prefix a person reads them in: (unit, [(factor, label), …] largest first)
+SCALED_UNITS = {
+    "bytes": [(2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")],
+    "bytes/s": [(1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")],
+    "hertz": [(1e9, "GHz"), (1e6, "MHz")],
+}
+UNIT_SYMBOLS = {"celsius": "°C", "watts": "W"}
+
+
+def _scaled(value: float, unit: str) -> str | None:
+    if unit in UNIT_SYMBOLS:
+        return f"{value:.0f} {UNIT_SYMBOLS[unit]}" if abs(value) >= 10 else f"{value:.3g} {UNIT_SYMBOLS[unit]}"
+    for factor, label in SCALED_UNITS.get(unit, []):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {label}" if abs(value) / factor < 100 else f"{value / factor:,.0f} {label}"
+    return None
+
+
 def format_value(value: float | None, unit: str) -> str:
     if value is None:
         return UNAVAILABLE
@@ -40,6 +58,9 @@ def format_value(value: float | None, unit: str) -> str:
         return f"{value:.1%}"
     if unit == "seconds":
         return f"{value * 1000:.1f} ms" if abs(value) < 1 else f"{value:.2f} s"
+    scaled = _scaled(value, unit)
+    if scaled is not None:
+        return scaled
     label = UNIT_LABELS.get(unit, unit)
     if unit in ("requests", "blocks", "tokens", "count"):
         return f"{value:.1f} {label}" if value != int(value) else f"{value:.0f} {label}"
