@@ -6,8 +6,12 @@
     GET  /dcgm/metrics            dcgm-exporter's page for the simulated GPUs
     GET  /health  /v1/models  /version
     GET  /sim/stats               the simulator's own numbers (steps, lag behind real time, KV blocks) as JSON
+    GET  /sim/timings             with ``record_timings``: when each request arrived and each SSE event was written,
+                                  keyed by the client's X-Request-Id (``?clear=1`` empties it); see below
     POST /v1/completions  /v1/chat/completions
                                   OpenAI-compatible, streaming (SSE) or not, ``stream_options.include_usage``
+    POST /tokenize                vLLM's: {"prompt": str} or {"messages": [...]} → {"count", "max_model_len",
+                                  "tokens", "token_strs"}, counted as the engine counts (below)
 
 What a request costs the engine:
     prompt tokens   ≈ one per whitespace-separated word of the prompt (or of the chat messages' text), one per
@@ -30,6 +34,14 @@ Timing: the engine's clock is ``time.monotonic()`` × ``time_scale`` from the se
 end, so timer jitter does not slow the simulated GPU. When the host cannot keep up (more than
 ``LAG_TOLERANCE_SECONDS`` late), the next step starts at the real time instead and the gap is counted as lag
 (``/sim/stats``): the pages then report what clients really saw.
+
+Server-side timings (off by default; ``SimServer(..., record_timings=True)``): for each request that carries an
+``X-Request-Id`` header, ``received_at`` (the handler's start), ``event_times`` (just before each content event is
+written) with ``event_tokens`` (tokens in each), and ``ended_at``, all ``time.monotonic()`` seconds: one clock for
+every process of the machine, so a client's own timestamps can be compared with them. The last
+``max_timed_requests`` requests are kept; the cost is a float and an int appended per event.
+
+The load driver ``ClosedLoopLoad`` is ``llmdiag.collect.requests.BackgroundLoad`` with the preset's LoadSpec.
 """
 
 from __future__ import annotations
@@ -38,17 +50,16 @@ import asyncio
 import itertools
 import json
 import random
-import re
 import threading
 import time
-from collections import Counter
+import zlib
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlparse
 
-import aiohttp
 from aiohttp import web
 
+from llmdiag.collect.requests import BackgroundLoad, RequestPlan, RequestResult
 from llmdiag.errors import UsageError
 from llmdiag.sim.engine import AdmissionRejected, Engine, EngineConfig, FinishReason, SimRequest
 from llmdiag.sim.metrics import CONTENT_TYPE, HttpCounts, dcgm_registry, render, vllm_registry
@@ -60,6 +71,8 @@ BUSY_MESSAGE = (
 )
 LAG_TOLERANCE_SECONDS = 0.05
 SHUTDOWN_SECONDS = 2.0
+MAX_TIMED_REQUESTS = 4096  # server-side timings kept, newest first out
+VOCABULARY_SIZE = 32_000  # /tokenize's ids: a hash of each word (the engine needs only counts)
 WORDS = ("the", "model", "answers", "with", "plain", "words", "so", "that", "every", "token", "is", "one", "word",
          "and", "nothing", "needs", "escaping", "in", "json")  # fmt: skip
 
@@ -138,6 +151,27 @@ def chat_prompt_tokens(messages: object) -> int:
     return max(1, words)
 
 
+def _words_of(prompt: object, messages: object) -> list[str]:
+    """The words the engine counts: of a completion prompt, or of the chat messages' text."""
+    if messages is not None:
+        chat_prompt_tokens(messages)  # validates
+        texts: list[str] = []
+        for message in messages:  # type: ignore[union-attr]
+            content = message.get("content")
+            if isinstance(content, list):
+                texts += [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+            elif isinstance(content, str):
+                texts.append(content)
+        return " ".join(texts).split()
+    if isinstance(prompt, str):
+        return prompt.split()
+    raise BadRequest("'prompt' must be a string (or give 'messages')")
+
+
+def _token_id(word: str) -> int:
+    return zlib.crc32(word.encode()) % VOCABULARY_SIZE
+
+
 def _int_param(body: dict[str, Any], name: str, minimum: int) -> int | None:
     value = body.get(name)
     if value is None:
@@ -187,6 +221,49 @@ class _SseEvents:
         chunk = {"id": self.id, "object": self.object, "created": self.created, "model": json.loads(self.model_json),
                  "choices": [], "usage": numbers}  # fmt: skip
         return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
+
+
+class RequestTimings:
+    """One request's server-side timestamps (``time.monotonic()``): appended to on the hot path, so slots."""
+
+    __slots__ = ("received_at", "event_times", "event_tokens", "ended_at", "status")
+
+    def __init__(self, received_at: float) -> None:
+        self.received_at = received_at
+        self.event_times: list[float] = []
+        self.event_tokens: list[int] = []
+        self.ended_at: float | None = None
+        self.status: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"received_at": self.received_at, "event_times": self.event_times, "event_tokens": self.event_tokens,
+                "ended_at": self.ended_at, "status": self.status}  # fmt: skip
+
+
+class TimingLog:
+    """The last ``capacity`` requests' timings, keyed by the client's X-Request-Id."""
+
+    def __init__(self, capacity: int = MAX_TIMED_REQUESTS) -> None:
+        if capacity < 1:
+            raise UsageError(f"max_timed_requests must be at least 1, got {capacity}")
+        self.capacity = capacity
+        self.requests: OrderedDict[str, RequestTimings] = OrderedDict()
+        self.dropped = 0
+
+    def start(self, request_id: str, received_at: float) -> RequestTimings:
+        timings = self.requests[request_id] = RequestTimings(received_at)
+        if len(self.requests) > self.capacity:
+            self.requests.popitem(last=False)
+            self.dropped += 1
+        return timings
+
+    def snapshot(self, clear: bool = False) -> dict[str, Any]:
+        out = {"clock": "time.monotonic", "capacity": self.capacity, "dropped": self.dropped,
+               "requests": {rid: t.as_dict() for rid, t in self.requests.items()}}  # fmt: skip
+        if clear:
+            self.requests = OrderedDict()
+            self.dropped = 0
+        return out
 
 
 class EngineRunner:
@@ -246,8 +323,9 @@ class EngineRunner:
 class SimApp:
     """The aiohttp application: vLLM's routes over one engine."""
 
-    def __init__(self, config: SimConfig) -> None:
+    def __init__(self, config: SimConfig, timings: TimingLog | None = None) -> None:
         self.config = config
+        self.timings = timings  # None: not recorded
         self.engine = Engine(config.engine)
         self.runner = EngineRunner(self.engine, config.time_scale)
         self.wall_start = time.time()
@@ -265,6 +343,8 @@ class SimApp:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/version", self.version)
         app.router.add_get("/sim/stats", self.sim_stats)
+        app.router.add_get("/sim/timings", self.sim_timings)
+        app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         self.web_app = app
@@ -292,6 +372,32 @@ class SimApp:
 
     async def sim_stats(self, request: web.Request) -> web.Response:
         return web.json_response(self.snapshot())
+
+    async def sim_timings(self, request: web.Request) -> web.Response:
+        if self.timings is None:
+            return error_response(404, "timings are not recorded: start the simulator with record_timings=True",
+                                  "NotFoundError")  # fmt: skip
+        return web.json_response(self.timings.snapshot(clear=request.query.get("clear") in ("1", "true")))
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's POST /tokenize, counted as the engine counts prompts (one token per word)."""
+        try:
+            try:
+                body = await request.json()
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise BadRequest("the request body is not valid JSON") from None
+            if not isinstance(body, dict):
+                raise BadRequest("the request body must be a JSON object")
+            model = body.get("model")
+            if model is not None and model != self.model:
+                return error_response(404, f"The model `{model}` does not exist.", "NotFoundError")
+            words = _words_of(body.get("prompt"), body.get("messages"))
+        except BadRequest as exc:
+            return error_response(400, str(exc))
+        tokens = [_token_id(w) for w in words]
+        strs = words if body.get("return_token_strs") else None
+        return web.json_response({"count": len(tokens), "max_model_len": self.config.engine.model_len,
+                                  "tokens": tokens, "token_strs": strs})  # fmt: skip
 
     def snapshot(self) -> dict[str, Any]:
         engine, stats = self.engine, self.engine.stats
@@ -346,7 +452,23 @@ class SimApp:
         return prompt, max_tokens, max_tokens, "length"
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        received_at = time.monotonic()
         handler = request.path
+        timings = None
+        if self.timings is not None and "X-Request-Id" in request.headers:
+            timings = self.timings.start(request.headers["X-Request-Id"], received_at)
+        try:
+            response = await self._answer(request, chat, handler, timings)
+        finally:
+            if timings is not None:
+                timings.ended_at = time.monotonic()
+        if timings is not None:
+            timings.status = response.status
+        return response
+
+    async def _answer(
+        self, request: web.Request, chat: bool, handler: str, timings: RequestTimings | None
+    ) -> web.StreamResponse:
         try:
             try:
                 body = await request.json()
@@ -375,7 +497,7 @@ class SimApp:
         usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
         try:
             if stream:
-                return await self._stream(request, sim, chat, usage)
+                return await self._stream(request, sim, chat, usage, timings)
             return await self._whole(sim, chat)
         finally:
             if not sim.finished:  # the client went away (handler cancelled) or writing failed
@@ -405,7 +527,9 @@ class SimApp:
         choice.update(logprobs=None, finish_reason=sim.finish_reason, stop_reason=None)
         return web.json_response({**head, "choices": [choice], "usage": usage})
 
-    async def _stream(self, request: web.Request, sim: SimRequest, chat: bool, usage: bool) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, sim: SimRequest, chat: bool, usage: bool, timings: RequestTimings | None
+    ) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         waiter: list[asyncio.Future[None] | None] = [None]
 
@@ -430,7 +554,11 @@ class SimApp:
                 if produced == sent and not sim.finished:
                     continue
                 reason = sim.finish_reason if sim.finished else None
-                await response.write(pending + events.tokens(self._text.span(sent, produced), reason))
+                event = pending + events.tokens(self._text.span(sent, produced), reason)
+                if timings is not None:
+                    timings.event_times.append(time.monotonic())
+                    timings.event_tokens.append(produced - sent)
+                await response.write(event)
                 pending, sent = b"", produced
                 if sim.finished:
                     break
@@ -453,6 +581,8 @@ class SimServer:
             ... server.url, server.metrics_url, server.dcgm_url ...
 
     ``preset_or_config`` is a preset name (``llmdiag.sim.presets``), a Preset, a SimConfig or an EngineConfig.
+    ``record_timings`` keeps server-side timestamps of the last ``max_timed_requests`` requests that carry an
+    X-Request-Id (``timings()``, ``GET /sim/timings``).
     """
 
     def __init__(
@@ -462,8 +592,11 @@ class SimServer:
         host: str = "127.0.0.1",
         port: int = 0,
         time_scale: float | None = None,
+        record_timings: bool = False,
+        max_timed_requests: int = MAX_TIMED_REQUESTS,
     ) -> None:
         config = as_config(preset_or_config)
+        self._timings = TimingLog(max_timed_requests) if record_timings else None
         if time_scale is not None:
             config = SimConfig(config.engine, config.default_max_tokens, config.stop_after_tokens, time_scale)
         self.config = config
@@ -538,6 +671,20 @@ class SimServer:
 
         return asyncio.run_coroutine_threadsafe(read(), self._loop).result(timeout=10)
 
+    def timings(self, clear: bool = False) -> dict[str, Any]:
+        """``/sim/timings`` without HTTP: {"requests": {X-Request-Id: {"received_at", "event_times",
+        "event_tokens", "ended_at", "status"}}, ...}, read on the server's own loop."""
+        log = self._timings
+        if log is None:
+            raise RuntimeError("timings are not recorded: start the server with record_timings=True")
+        if self._loop is None:
+            raise RuntimeError("the server is not running")
+
+        async def read() -> dict[str, Any]:
+            return log.snapshot(clear)
+
+        return asyncio.run_coroutine_threadsafe(read(), self._loop).result(timeout=10)
+
     def _main(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
@@ -552,7 +699,7 @@ class SimServer:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        app = SimApp(self.config)
+        app = SimApp(self.config, self._timings)
         self.app = app
         # handler_cancellation: a client that hangs up cancels its handler, which aborts its request
         runner = web.AppRunner(app.web_app, access_log=None, handler_cancellation=True,
@@ -576,27 +723,42 @@ class SimServer:
             await runner.cleanup()
 
 
-# --- a bounded closed-loop client ----------------------------------------------------------------------------
-
-USAGE_RE = re.compile(rb'"completion_tokens":\s*(\d+)')
+# --- a bounded closed-loop load ------------------------------------------------------------------------------
 
 
 @dataclass
 class LoadStats:
+    """What the simulator's load saw, counted as requests end."""
+
     started: int = 0
     ok: int = 0
     rejected: int = 0  # HTTP 503
-    errors: Counter[str] = field(default_factory=Counter)  # other failures, by kind
+    errors: Counter[str] = field(default_factory=Counter)  # other failures: "HTTP 500", "connect", "stream" ...
     completion_tokens: int = 0
-    ttft_seconds: list[float] = field(default_factory=list)  # client side: request sent → first event
+    ttft_seconds: list[float] = field(default_factory=list)  # client side, successful requests: sent → first token
+
+    def add(self, result: RequestResult) -> None:
+        if result.ok:
+            self.ok += 1
+            self.completion_tokens += result.output_tokens or 0
+            if result.ttft_seconds is not None:
+                self.ttft_seconds.append(result.ttft_seconds)
+        elif result.error_kind == "cancelled":
+            return
+        elif result.error_kind == "http" and result.status == 503:
+            self.rejected += 1
+        elif result.error_kind == "http":
+            self.errors[f"HTTP {result.status}"] += 1
+        else:
+            self.errors[result.error_kind or "error"] += 1
 
 
-class ClosedLoopLoad:
-    """``users`` clients on their own event loop in a background thread: each sends one streaming
-    /v1/completions request (ignore_eos, max_tokens drawn from ``load.output_range()``, include_usage) and the
-    next as soon as it ends; after an HTTP error it pauses ``error_backoff_seconds``. Stops after ``max_seconds`` or
-    ``max_requests`` started requests, or when the context manager exits (in-flight requests are cancelled).
-    Talks to loopback only.
+class ClosedLoopLoad(BackgroundLoad):
+    """A preset's load: ``load.users`` users on their own event loop in a background thread, each sending one
+    streaming /v1/completions request (ignore_eos, ``load.prompt_tokens`` words, max_tokens drawn from
+    ``load.output_range()``, include_usage) and the next as soon as it ends; after an HTTP error it pauses
+    ``error_backoff_seconds``. Stops after ``max_seconds`` or ``max_requests`` started requests, or when the
+    context manager exits (in-flight requests are cancelled). Talks to loopback only. ``stats`` counts what it saw.
     """
 
     def __init__(
@@ -611,125 +773,23 @@ class ClosedLoopLoad:
         chat: bool = False,
         seed: int = 0,
     ) -> None:
-        host = urlparse(base_url).hostname
-        if host not in ("127.0.0.1", "localhost", "::1"):
-            raise UsageError(f"the load driver only talks to loopback, not {host!r}")
-        self.base_url = base_url.rstrip("/")
-        self.model = model
+        rng = random.Random(seed)
+        prompt = " ".join(WORDS[i % len(WORDS)] for i in range(load.prompt_tokens))  # the engine counts words
+        low, high = load.output_range()
+
+        def plan() -> RequestPlan:
+            self.stats.started += 1
+            return RequestPlan(prompt, rng.randint(low, high), chat=chat)
+
         self.load = load
-        self.max_seconds = max_seconds
-        self.max_requests = max_requests
-        self.error_backoff_seconds = error_backoff_seconds
-        self.chat = chat
         self.stats = LoadStats()
-        self._rng = random.Random(seed)
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-
-    def start(self) -> ClosedLoopLoad:
-        self._thread = threading.Thread(target=self._main, name="llmdiag-load", daemon=True)
-        self._thread.start()
-        self._ready.wait(timeout=30)
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._stop is not None and self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Until the load ends by itself (max_seconds or max_requests)."""
-        if self._thread is None:
-            return True
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    def __enter__(self) -> ClosedLoopLoad:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _main(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._run())
-        finally:
-            loop.close()
-
-    def _payload_head(self) -> bytes:
-        """The request body up to its closing brace; each request appends its own max_tokens."""
-        prompt = " ".join(WORDS[i % len(WORDS)] for i in range(self.load.prompt_tokens))
-        body: dict[str, Any] = {"model": self.model, "ignore_eos": True, "stream": True,
-                                "stream_options": {"include_usage": True}}  # fmt: skip
-        if self.chat:
-            body["messages"] = [{"role": "user", "content": prompt}]
-        else:
-            body["prompt"] = prompt
-        return json.dumps(body, separators=(",", ":"))[:-1].encode()
-
-    async def _run(self) -> None:
-        self._stop = asyncio.Event()
-        self._ready.set()
-        deadline = time.monotonic() + self.max_seconds
-        path = "/v1/chat/completions" if self.chat else "/v1/completions"
-        url, head = self.base_url + path, self._payload_head()
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
-        connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            users = [asyncio.create_task(self._user(session, url, head, deadline)) for _ in range(self.load.users)]
-            stopper = asyncio.create_task(self._stop.wait())
-            done = asyncio.create_task(asyncio.wait(users))
-            await asyncio.wait([stopper, done], timeout=self.max_seconds + 5, return_when=asyncio.FIRST_COMPLETED)
-            for task in (*users, stopper, done):
-                task.cancel()
-            await asyncio.gather(*users, stopper, done, return_exceptions=True)
-
-    def _more(self, deadline: float) -> bool:
-        if self._stop is not None and self._stop.is_set():
-            return False
-        if self.max_requests is not None and self.stats.started >= self.max_requests:
-            return False
-        return time.monotonic() < deadline
-
-    async def _user(self, session: aiohttp.ClientSession, url: str, head: bytes, deadline: float) -> None:
-        stats = self.stats
-        headers = {"Content-Type": "application/json"}
-        low, high = self.load.output_range()
-        while self._more(deadline):
-            stats.started += 1
-            payload = head + b',"max_tokens":%d}' % self._rng.randint(low, high)
-            sent = time.monotonic()
-            try:
-                async with session.post(url, data=payload, headers=headers) as response:
-                    if response.status != 200:
-                        await response.read()
-                        if response.status == 503:
-                            stats.rejected += 1
-                        else:
-                            stats.errors[f"HTTP {response.status}"] += 1
-                        await asyncio.sleep(self.error_backoff_seconds)
-                        continue
-                    tail = b""
-                    first = True
-                    async for chunk in response.content.iter_any():
-                        if first:
-                            stats.ttft_seconds.append(time.monotonic() - sent)
-                            first = False
-                        tail = (tail + chunk)[-512:]
-                    found = USAGE_RE.search(tail)
-                    if found and tail.rstrip().endswith(b"[DONE]"):
-                        stats.ok += 1
-                        stats.completion_tokens += int(found.group(1))
-                    else:
-                        stats.errors["stream ended early"] += 1
-            except (aiohttp.ClientError, OSError) as exc:
-                stats.errors[type(exc).__name__] += 1
-                await asyncio.sleep(self.error_backoff_seconds)
+        # no idle timeout worth the name: a deep simulated queue can hold a request for minutes; the run's own
+        # deadline bounds it
+        super().__init__(
+            base_url, plan, users=load.users, duration_seconds=max_seconds, max_requests=max_requests, model=model,
+            timeout_seconds=max(max_seconds, 60.0), on_result=self.stats.add,
+            error_backoff_seconds=error_backoff_seconds, seed=seed, name="llmdiag-sim-load",
+        )  # fmt: skip
 
 
 def run_for(server: SimServer, load: LoadSpec, seconds: float, **kwargs: Any) -> LoadStats:
@@ -738,4 +798,3 @@ def run_for(server: SimServer, load: LoadSpec, seconds: float, **kwargs: Any) ->
     with driver:
         driver.wait(seconds + 10)
     return driver.stats
-
