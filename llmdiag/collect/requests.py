@@ -179,7 +179,7 @@ _CONTENT_RE = re.compile(rb'"(?:text|content|reasoning_content|reasoning)"\s*:\s
 _USAGE_RE = re.compile(rb'"usage"\s*:\s*\{')
 _DATA_OBJECT = (b"data: {", b"data:{")
 _DONE_EVENTS = (b"data: [DONE]", b"data:[DONE]")
-_QUOTE, _BACKSLASH, _CLOSE_BRACE, _NEWLINE = 34, 92, 125, 10
+_QUOTE, _CLOSE_BRACE, _NEWLINE = 34, 125, 10
 
 
 def _text_of(choice: Any) -> str:
@@ -535,7 +535,7 @@ class _Connection(asyncio.Protocol):
                 text_start = key + self._key_length
                 if data[text_start] != _QUOTE:  # non-empty text
                     close = data.find(b'"', text_start, end)
-                    if close > 0 and data[close - 1] != _BACKSLASH:
+                    if close > 0 and data.find(b"\\", text_start, close) < 0:  # no escapes: count bytes
                         self._append(now)
                         self._chars += close - text_start
                         return
@@ -547,19 +547,18 @@ class _Connection(asyncio.Protocol):
             return
         if event.startswith(_DATA_OBJECT) and event.rstrip().endswith(b"}"):
             # a one-line JSON event: usage, the role, an empty text, spaced JSON, escapes, an error
-            if b'"error"' in event:
+            matches = [m for m in _CONTENT_RE.finditer(event) if event[m.end() : m.end() + 1] != b'"']
+            if not matches or b'"error"' in event or any(b"\\" in event[m.end() :] for m in matches):
+                # parsed: the few events without text (role, finish, usage; validated on the way), errors, and
+                # text with escapes (decoded to count it exactly)
                 self._parse_event(event[5:], now)
                 return
-            matches = [m for m in _CONTENT_RE.finditer(event) if event[m.end() : m.end() + 1] != b'"']
-            if matches:
-                if any(b"\\" in event[m.end() :] for m in matches):
-                    self._parse_event(event[5:], now)  # escapes: decode to count the text exactly
-                    return
-                self._append(now)
-                for match in matches:
-                    self._chars += event.find(b'"', match.end()) - match.end()
+            # text events of a server that writes spaced JSON, or with reasoning content
+            self._append(now)
+            for match in matches:
+                self._chars += event.find(b'"', match.end()) - match.end()
             if _USAGE_RE.search(event):
-                self._usage = event[5:]  # parsed once, at the end
+                self._usage = event[5:]  # with continuous usage stats; parsed once, at the end
             return
         # the general SSE grammar: comments, event/id/retry fields, data split over several lines
         data_lines = []
@@ -1214,9 +1213,9 @@ class _Run:
                     break
                 done, _ = await asyncio.wait(tasks, timeout=remaining, return_when=asyncio.FIRST_EXCEPTION)
                 tasks -= done
-                for task in done:
-                    if not task.cancelled() and task.exception() is not None:
-                        raise task.exception()  # type: ignore[misc]  # a bug in a factory or callback
+                failures = [t.exception() for t in done if not t.cancelled() and t.exception() is not None]
+                if failures:
+                    raise failures[0]  # type: ignore[misc]  # a bug in a factory or callback
         finally:
             for task in tasks:
                 task.cancel()
@@ -1418,6 +1417,7 @@ class BackgroundLoad:
         self.results: list[RequestResult] = []
         self.client: OpenAIClient | None = None
         self.error: BaseException | None = None  # what stopped the load thread, if anything did
+        self._setup_error: BaseException | None = None  # what failed before requests began (raised by start)
         self.started_at: float | None = None  # time.time() when requests began
         self.stopped_at: float | None = None
         self._thread: threading.Thread | None = None
@@ -1433,11 +1433,11 @@ class BackgroundLoad:
             raise RuntimeError("the load is already started")
         self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
         self._thread.start()
-        if not self._ready.wait(ready_timeout_seconds) and not self._done.is_set():
+        if not self._ready.wait(ready_timeout_seconds):
             self.stop()
             raise UsageError(f"the load did not start within {ready_timeout_seconds:g} s")
-        if self.error is not None:
-            raise self.error
+        if self._setup_error is not None:
+            raise self._setup_error
         return self
 
     def stop(self, timeout_seconds: float = 30.0) -> None:
@@ -1477,6 +1477,8 @@ class BackgroundLoad:
             pass  # stopped
         except BaseException as exc:  # surfaced by start() or .error; a thread has nowhere else to report it
             self.error = exc
+            if not self._ready.is_set():
+                self._setup_error = exc
         finally:
             self.stopped_at = time.time()
             self._ready.set()
