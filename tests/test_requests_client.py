@@ -678,3 +678,44 @@ def test_cancelling_a_request_records_it_as_cancelled_with_what_arrived():
 
         result = run(main())
     assert result.error_kind == "cancelled" and result.output_tokens == 1 and result.ended_at >= result.started_at
+
+
+# --- rejections under load, and the real-vLLM tests' driver --------------------------------------------------
+
+
+def test_rejections_are_counted_and_backed_off_never_fatal():
+    from llmdiag.sim.presets import LoadSpec
+    from llmdiag.sim.server import ClosedLoopLoad
+
+    engine = EngineConfig(get_preset("healthy").deployment, max_num_queued_reqs=1, extra_step_overhead_seconds=0.02)
+    with SimServer(engine) as server:
+
+        async def main():
+            async with OpenAIClient(server.url) as client:
+                return await closed_loop(client, 6, plans(20), duration_seconds=1.5, max_requests=None,
+                                         error_backoff_seconds=0.2)  # fmt: skip
+
+        results = run(main())
+        with ClosedLoopLoad(server.url, server.model, LoadSpec(6, 4, 20), max_seconds=1.5) as load:
+            load.wait(10)
+    rejected = [r for r in results if r.error_kind == "http"]
+    assert rejected and all(r.status == 503 and r.error_code == 503 for r in rejected)
+    assert any(r.ok for r in results) and {r.error_kind for r in results} <= {None, "http", "cancelled"}
+    # each user waits 0.2 s after a rejection: at most ~8 rejections per user in 1.5 s, not thousands
+    assert len(rejected) <= 6 * 9
+    assert load.stats.rejected > 0 and load.stats.ok > 0 and not load.stats.errors
+
+
+def test_the_real_vllm_tests_load_driver_runs_on_the_simulator(sim):
+    from tests.realserver.loadgen import Load
+
+    with Load(sim.url, sim.model, users=3, prompt_tokens=32, output_tokens=8, max_seconds=30) as load:
+        deadline = time.monotonic() + 20
+        while load.stats.ok < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert load.running
+    summary = load.stats.as_dict()
+    assert load.error is None and load.stats.ok >= 5 and load.stats.errors_total == 0, summary
+    assert summary["prompt_tokens_measured"] == 32 and summary["prompt_words"] == 32  # /tokenize calibrated
+    assert load.stats.completion_tokens == 8 * load.stats.ok and load.stats.cancelled == 3
+    assert load.started_at is not None and load.stopped_at is not None
