@@ -14,7 +14,9 @@ from llmdiag.collect import (
     collect_files,
     collect_live,
 )
+from llmdiag.collect.canary import LABEL as CANARY_LABEL
 from llmdiag.collect.http import Connection, redact_url
+from llmdiag.collect.source import unavailable_source
 from llmdiag.config import Settings
 from llmdiag.engine.capacity import roofline_for_window, roofline_signal
 from llmdiag.engine.derived import add_derived
@@ -30,13 +32,18 @@ def diagnose(
     on_progress: ProgressCallback | None = None,
     telemetry: TelemetryOptions | None = None,
     deployment: Deployment | None = None,
+    canary: bool = False,
+    canary_off_reason: str = "",
 ) -> Verdict:
     """Scan a live server and its telemetry (NVML, a DCGM exporter page, the host) over a window and judge it.
 
     With the ``deployment`` (GPU, model, TP) known, the verdict also places the measured decode rate under the
     physics ceiling, which tells a compute verdict whether math or HBM bandwidth is the wall.
     """
-    signals = collect_live(connection, duration_seconds, on_progress=on_progress, telemetry=telemetry)
+    signals = collect_live(connection, duration_seconds, on_progress=on_progress, telemetry=telemetry, canary=canary)
+    if not canary and canary_off_reason:
+        note = f"{CANARY_LABEL}: not sent ({canary_off_reason})"
+        signals.sources.append(unavailable_source("canary", CANARY_LABEL, note))
     roofline = None
     if deployment is not None:
         add_derived(signals)  # the roofline reads the window's batch; the rules may then cite the roofline
@@ -82,6 +89,7 @@ def run_demo(
                 on_progress,
                 # the simulator's GPUs are on its DCGM page; this machine's GPUs and CPU are not the server's
                 telemetry=TelemetryOptions(dcgm_url=server.dcgm_url, nvml="off", host=False),
+                canary=True,
                 deployment=preset.deployment,
             )
     verdict.target = f"llmdiag demo --preset {preset.name} ({verdict.target})"

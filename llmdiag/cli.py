@@ -135,6 +135,11 @@ def scan(
         typer.Option("--nvml-replay", hidden=True,
                      help="Play back an NVML recording (bench/gpu_check.py --record) instead of the local driver."),
     ] = None,
+    probe: Annotated[
+        bool | None,
+        typer.Option("--probe/--no-probe", help="Send a few small streaming canary requests through the server's "
+                     "API during the window (default: yes, unless --metrics-url says only metrics are reachable)."),
+    ] = None,
     pid: Annotated[
         list[int] | None,
         typer.Option("--pid", help="The server's process (repeatable; children included). Default: the process "
@@ -186,6 +191,9 @@ def scan(
                     pids=pid or [],
                 ),
                 deployment=deployment_from_options(gpu, model_shape, tp),
+                # with only a metrics URL given, the API may be another service or not ours to call
+                canary=probe if probe is not None else metrics_url is None,
+                canary_off_reason="--no-probe" if probe is False else "--metrics-url given: pass --probe to send them",
             )
     except LlmdiagError as error:
         fail(error)

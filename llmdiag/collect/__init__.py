@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from llmdiag.collect.canary import Canary
 from llmdiag.collect.http import Connection, HttpMetricsSource, format_bytes, normalise_base_url
 from llmdiag.collect.prometheus import Scrape, parse_exposition
 from llmdiag.collect.signals import build_signal_set
@@ -162,8 +163,12 @@ def collect_live(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     telemetry: TelemetryOptions | None = None,
+    canary: bool = False,
 ) -> SignalSet:
     """Read the server's page and every telemetry source over one window, each on its own interval.
+
+    With ``canary``, a few small streaming requests go through the server's API in the same window (started once
+    the first scrape shows the server is up): what a user sees, from the client side.
 
     The server's first failure is fatal; later ones are tolerated and noted. Telemetry that cannot be read is
     left out with a line in the coverage; the rules that need it are then skipped, never fed zeros.
@@ -176,6 +181,7 @@ def collect_live(
     )
     optional, missing = open_telemetry(connection, telemetry)
     count, interval = scrape_plan(duration_seconds)
+    probe_requests: Canary | None = None
     try:
         start = clock()
         end = start + (count - 1) * interval
@@ -193,6 +199,9 @@ def collect_live(
             if source is server:
                 server_reads += 1
                 _read(server, server_reads, count)
+                if canary and probe_requests is None:
+                    probe_requests = Canary(connection, max(end - clock(), interval))
+                    probe_requests.start()
                 if on_progress:
                     on_progress(server_reads, count)
             else:
@@ -202,6 +211,7 @@ def collect_live(
     finally:
         for source in (server, *optional):
             source.close()
+        canary_part = probe_requests.finish() if probe_requests is not None else None
     if len(server.scrapes) < 2:
         raise EmptyWindowError(
             f"only {len(server.scrapes)} of {count} scrapes of {server.display_url} succeeded: no window to measure"
@@ -219,6 +229,10 @@ def collect_live(
         part.sources[-1].config.update(source.details)
         merge_signal_sets(signal_set, part)
         signal_set.anomalies += source.failures
+    if isinstance(canary_part, SignalSet):
+        merge_signal_sets(signal_set, canary_part)
+    elif canary_part is not None:
+        missing.append(canary_part)
     signal_set.sources += missing
     return signal_set
 

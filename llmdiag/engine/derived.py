@@ -100,6 +100,35 @@ def frontend_overhead(signals: SignalSet) -> float:
     )
 
 
+def _client_ttft_gap(signals: SignalSet) -> tuple[float, float]:
+    client = need(signals, "client_ttft_seconds", "p50")
+    server = need(signals, "ttft_seconds", "p50")
+    return client - server, client
+
+
+@derived(
+    "client_ttft_gap_seconds",
+    "seconds",
+    "Median TTFT the canary requests saw minus the server's own median TTFT: time outside the engine's clock.",
+    formula="p50(client ttft) - p50(server ttft)",
+)
+def client_ttft_gap(signals: SignalSet) -> float:
+    return _client_ttft_gap(signals)[0]
+
+
+@derived(
+    "client_ttft_gap_ratio",
+    "ratio",
+    "The share of the client's median TTFT that the server's own TTFT does not account for.",
+    formula="(p50(client ttft) - p50(server ttft)) / p50(client ttft)",
+)
+def client_ttft_gap_share(signals: SignalSet) -> float:
+    gap, client = _client_ttft_gap(signals)
+    if client <= 0:
+        raise Missing("client TTFT median is zero")
+    return gap / client
+
+
 @derived(
     "prefix_cache_hit_ratio",
     "ratio",

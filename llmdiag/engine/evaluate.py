@@ -191,6 +191,10 @@ def _experience(signals: SignalSet) -> Experience:
         requests_running_mean=val("requests_running_avg", "value"),
         requests_waiting_mean=val("requests_waiting_avg", "value"),
         generation_tokens_per_second=val("generation_tokens_per_second", "rate"),
+        client_requests=int(count) if (count := val("client_ttft_seconds", "count")) is not None else None,
+        client_ttft_p50_seconds=val("client_ttft_seconds", "p50"),
+        client_ttft_p90_seconds=val("client_ttft_seconds", "p90"),
+        client_tpot_p50_seconds=val("client_tpot_seconds", "p50"),
     )
 
 

@@ -1,0 +1,132 @@
+"""Canary requests: a few small streaming requests through the server's own API during a scan's window.
+
+They measure what a user sees now (time to first token, time per output token) from the client side, to set
+beside the server's histograms: the gap between the two is frontend, proxy or network time the server cannot see.
+One user, one request every few seconds, bounded in count: a probe, not a load. A server that cannot be asked
+(no model, a refused API) gives a coverage line; the scan goes on with its metrics.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+from llmdiag.collect.http import Connection, redact_url
+from llmdiag.collect.requests import BackgroundLoad, OpenAIClient, PromptFactory, RequestPlan, RequestResult
+from llmdiag.collect.source import unavailable_source
+from llmdiag.engine.load import percentiles
+from llmdiag.errors import LlmdiagError
+from llmdiag.model import Percentiles, Signal, SignalSet, SourceInfo
+
+CANARY_PROMPT_TOKENS = 64
+CANARY_OUTPUT_TOKENS = 32
+CANARY_INTERVAL_SECONDS = 1.0
+CANARY_MAX_REQUESTS = 12
+CANARY_TIMEOUT_SECONDS = 30.0
+LABEL = "canary requests"
+# what a scan with canaries adds to the signal set (rules may read them like any probe's signals)
+CANARY_SIGNALS = {
+    "client_ttft_seconds": "histogram",
+    "client_tpot_seconds": "histogram",
+    "client_e2e_seconds": "histogram",
+    "client_request_errors": "derived",
+}
+
+
+def _histogram(name: str, values: Iterable[float | None], source: str, window_seconds: float) -> Signal:
+    dist: Percentiles = percentiles(v for v in values if v is not None)
+    if not dist.count:
+        return Signal.missing(name, "histogram", "seconds", "no canary request got that far", source=source)
+    stats = {"count": float(dist.count), "mean": dist.mean, "p50": dist.p50, "p90": dist.p90, "p99": dist.p99}
+    return Signal(
+        name=name,
+        kind="histogram",
+        unit="seconds",
+        stats={k: v for k, v in stats.items() if v is not None},
+        source=source,
+        verify="curl -N -s URL/v1/completions -H 'Content-Type: application/json' -d "
+        "'{\"model\": \"M\", \"prompt\": \"hello\", \"max_tokens\": 32, \"stream\": true}'  # time the first data line",
+        window_seconds=window_seconds,
+    )
+
+
+class Canary:
+    """Start before the window, ``finish()`` after it: the results as signals, or a coverage line."""
+
+    def __init__(self, connection: Connection, duration_seconds: float, seed: int = 0):
+        self.connection = connection
+        self.duration_seconds = duration_seconds
+        self.rng = random.Random(seed)
+        self.prompts: PromptFactory | None = None
+        self.load: BackgroundLoad | None = None
+        self.failed: str | None = None
+
+    async def _prepare(self, client: OpenAIClient) -> None:
+        self.prompts = PromptFactory(client, seed=self.rng.randrange(1 << 30))
+        await self.prompts.calibrate()
+
+    async def _plan(self) -> RequestPlan:
+        assert self.prompts is not None
+        return RequestPlan(
+            prompt=await self.prompts.prompt(CANARY_PROMPT_TOKENS),
+            max_tokens=CANARY_OUTPUT_TOKENS,
+            ignore_eos=True,
+            min_tokens=CANARY_OUTPUT_TOKENS,
+        )
+
+    def start(self) -> None:
+        # a scan may point at a remote production server on purpose: a handful of small requests is not a load
+        self.load = BackgroundLoad(
+            self.connection.base_url,
+            self._plan,
+            users=1,
+            think_time_seconds=CANARY_INTERVAL_SECONDS,
+            duration_seconds=self.duration_seconds,
+            max_requests=CANARY_MAX_REQUESTS,
+            api_key=self.connection.api_key,
+            headers=self.connection.headers,
+            insecure=self.connection.insecure,
+            timeout_seconds=min(CANARY_TIMEOUT_SECONDS, max(self.connection.timeout_seconds, 10.0)),
+            allow_remote=True,
+            keep_results=True,
+            prepare=self._prepare,
+            name="llmdiag-canary",
+        )
+        try:
+            self.load.start(ready_timeout_seconds=max(10.0, self.connection.timeout_seconds * 2))
+        except (LlmdiagError, OSError) as exc:
+            self.failed = str(getattr(exc, "message", exc))
+            self.load.stop()
+
+    def finish(self) -> SignalSet | SourceInfo:
+        if self.load is None:
+            return unavailable_source("canary", LABEL, f"{LABEL}: not sent")
+        self.load.stop()
+        if self.failed is not None:
+            return unavailable_source("canary", LABEL, f"{LABEL}: unavailable ({self.failed})")
+        results = list(self.load.results)
+        ok = [r for r in results if r.ok]
+        failed = [r for r in results if not r.ok and r.error_kind != "cancelled"]
+        if not ok:
+            why = failed[0].error if failed else "none finished inside the window"
+            return unavailable_source("canary", LABEL, f"{LABEL}: unavailable ({len(failed)} failed: {why})")
+        return self._signals(ok, failed)
+
+    def _signals(self, ok: list[RequestResult], failed: list[RequestResult]) -> SignalSet:
+        client = self.load.client if self.load else None
+        model = client.model if client is not None and client.model else "?"
+        source = (f"canary: {len(ok)} streamed /v1/completions requests "
+                  f"({CANARY_PROMPT_TOKENS} → {CANARY_OUTPUT_TOKENS} tokens)")  # fmt: skip
+        window = self.duration_seconds
+        signals = SignalSet()
+        signals.add(_histogram("client_ttft_seconds", (r.ttft_seconds for r in ok), source, window))
+        signals.add(_histogram("client_tpot_seconds", (r.tpot_seconds for r in ok), source, window))
+        signals.add(_histogram("client_e2e_seconds", (r.e2e_seconds for r in ok), source, window))
+        signals.add(Signal(name="client_request_errors", kind="derived", unit="count",
+                           stats={"value": float(len(failed))}, source=source))  # fmt: skip
+        details = {"model": model, "requests": f"{len(ok)} ok, {len(failed)} failed"}
+        if failed:
+            details["first error"] = (failed[0].error or "")[:160]
+        url = redact_url(self.connection.base_url)
+        signals.sources.append(SourceInfo(probe="canary", url=url, server=LABEL, config=details))
+        return signals
