@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,12 +17,14 @@ from llmdiag.collect import (
 )
 from llmdiag.collect.canary import LABEL as CANARY_LABEL
 from llmdiag.collect.http import Connection, redact_url
+from llmdiag.collect.load import LoadPlan, run_level
 from llmdiag.collect.source import unavailable_source
 from llmdiag.config import Settings
 from llmdiag.engine.capacity import roofline_for_window, roofline_signal
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.evaluate import build_verdict
-from llmdiag.model import Verdict
+from llmdiag.engine.load import find_knee, summarise
+from llmdiag.model import LoadReport, Verdict
 from llmdiag.sim.physics import Deployment
 
 
@@ -104,3 +107,47 @@ def diagnose_files(paths: list[Path], settings: Settings | None = None, max_byte
     verdict = build_verdict(signals, settings, target=target)
     verdict.tool_version = __version__
     return verdict
+
+
+def run_load(
+    connection: Connection,
+    plan: LoadPlan,
+    telemetry: TelemetryOptions | None = None,
+    settings: Settings | None = None,
+    slo_ttft_seconds: float | None = None,
+    slo_tpot_seconds: float | None = None,
+    on_level: Callable[[int, int, float], None] | None = None,
+) -> LoadReport:
+    """Drive each load level in turn, scanning the server while it runs; the report has every level and the knee.
+
+    A level whose scan fails (metrics unreachable) keeps its client-side numbers and says why in the notes.
+    """
+    plan.validate(connection.base_url)
+    report = LoadReport(
+        tool_version=__version__,
+        target=redact_url(connection.base_url),
+        mode="closed" if plan.mode == "closed" else "open",
+        prompt_tokens=plan.prompt_tokens.text,
+        output_tokens=plan.output_tokens.text,
+        slo_ttft_seconds=slo_ttft_seconds,
+        slo_tpot_seconds=slo_tpot_seconds,
+    )
+    for index, level in enumerate(plan.levels):
+        if on_level:
+            on_level(index, len(plan.levels), level)
+        run = asyncio.run(run_level(connection, plan, level, telemetry))
+        report.model = report.model or run.model
+        point = summarise(
+            run.results, run.window_start, run.window_end,
+            users=int(level) if plan.mode == "closed" else None,
+            rate_per_second=level if plan.mode == "open" else None,
+            slo_ttft_seconds=slo_ttft_seconds, slo_tpot_seconds=slo_tpot_seconds,
+        )  # fmt: skip
+        if run.signals is not None:
+            point.verdict = build_verdict(run.signals, settings, target=report.target)
+            point.verdict.tool_version = __version__
+        else:
+            report.notes.append(f"at {level:g}: no server-side diagnosis ({run.scan_error})")
+        report.points.append(point)
+    report.knee = find_knee(report.points, slo_given=slo_ttft_seconds is not None or slo_tpot_seconds is not None)
+    return report

@@ -336,6 +336,113 @@ def analyze(
     raise typer.Exit(exit_code(verdict, fail_on))
 
 
+def parse_levels(text: str, what: str) -> list[float]:
+    try:
+        levels = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{what} {text!r} is not a number or a comma-separated list", "e.g. 1,8,32,128") from None
+    if not levels:
+        raise UsageError(f"{what} is empty", "e.g. 1,8,32,128")
+    return levels
+
+
+@app.command()
+def load(
+    url: Annotated[
+        str | None, typer.Argument(help="The server's base URL. None: the built-in simulator (--preset).")
+    ] = None,
+    users: Annotated[
+        str | None, typer.Option("--users", "-u", help="Closed-loop users: N, or a sweep like 1,8,32.")
+    ] = None,
+    sweep: Annotated[str | None, typer.Option("--sweep", help="The same as --users with a list: 1,8,32,128.")] = None,
+    rate: Annotated[
+        str | None, typer.Option("--rate", help="Open-loop Poisson arrivals per second: R, or a list 1,2,4.")
+    ] = None,
+    duration: Annotated[float, typer.Option("--duration", "-d", help="Measured seconds per level.")] = 20.0,
+    warmup: Annotated[float, typer.Option("--warmup", help="Seconds of load before each level's window.")] = 3.0,
+    requests_cap: Annotated[int, typer.Option("--requests", help="At most this many requests per level.")] = 20_000,
+    prompt_tokens: Annotated[
+        str, typer.Option("--prompt-tokens", help="Prompt length: 256, 128:512 (uniform) or normal:256,64.")
+    ] = "256",
+    output_tokens: Annotated[
+        str, typer.Option("--output-tokens", help="Output length (ignore_eos): 128, 64:256 or normal:128,32.")
+    ] = "128",
+    model: Annotated[str | None, typer.Option("--model", help="Model name (default: the server's first).")] = None,
+    chat: Annotated[bool, typer.Option("--chat", help="Use /v1/chat/completions.")] = False,
+    think_time: Annotated[float, typer.Option("--think-time", help="Seconds a user waits between requests.")] = 0.0,
+    slo_ttft: Annotated[float | None, typer.Option("--slo-ttft", help="Goodput: TTFT at most this (s).")] = None,
+    slo_tpot: Annotated[float | None, typer.Option("--slo-tpot", help="Goodput: TPOT at most this (s).")] = None,
+    allow_remote: Annotated[
+        bool, typer.Option("--allow-remote", help="Allow a server that is not on this machine.")
+    ] = False,
+    preset: Annotated[str, typer.Option("--preset", help="Simulator state when no URL is given.")] = "healthy",
+    metrics_url: Annotated[str | None, typer.Option("--metrics-url", help="Where /metrics lives.")] = None,
+    dcgm_url: Annotated[str | None, typer.Option("--dcgm-url", help="dcgm-exporter's page for the GPUs.")] = None,
+    nvml: Annotated[bool, typer.Option("--nvml/--no-nvml", help="Read this machine's GPUs through NVML.")] = True,
+    pid: Annotated[list[int] | None, typer.Option("--pid", help="The server's process (repeatable).")] = None,
+    header: Annotated[list[str] | None, typer.Option("--header", "-H", help="Extra HTTP header.")] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key", help="Bearer token (or LLMDIAG_API_KEY).")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds without a byte before a request fails.")] = 60.0,
+    insecure: Annotated[bool, typer.Option("--insecure", help="Accept self-signed TLS certificates.")] = False,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Also write the report as JSON.")] = None,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Drive a bounded load (closed-loop users or open-loop arrivals), level by level, and diagnose each level."""
+    from llmdiag.api import run_load
+    from llmdiag.collect.load import LoadPlan, TokenLengths
+    from llmdiag.render.load import render_load
+
+    try:
+        if (users or sweep) and rate:
+            raise UsageError("give users (--users/--sweep) or --rate, not both")
+        closed = rate is None
+        levels = parse_levels(rate, "--rate") if rate else parse_levels(users or sweep or "8", "--users")
+        plan = LoadPlan(
+            levels=levels, mode="closed" if closed else "open", duration_seconds=duration, warmup_seconds=warmup,
+            max_requests=requests_cap, prompt_tokens=TokenLengths.parse(prompt_tokens, "--prompt-tokens"),
+            output_tokens=TokenLengths.parse(output_tokens, "--output-tokens"), model=model, chat=chat,
+            think_time_seconds=think_time, allow_remote=allow_remote, timeout_seconds=timeout,
+        )  # fmt: skip
+        plan.validate_levels()  # before a simulator is started for nothing
+        settings = load_settings(config)
+
+        def say(index: int, total: int, level: float) -> None:
+            what = (f"{level:g} user" + ("s" if level != 1 else "")) if closed else f"{level:g} requests/s"
+            if not as_json:
+                stderr.print(f"[dim]level {index + 1}/{total}: {what} for {warmup + duration:g} s[/]")
+
+        def go(connection: Connection, telemetry: TelemetryOptions):
+            return run_load(connection, plan, telemetry, settings, slo_ttft, slo_tpot, on_level=say)
+
+        if url is None:
+            from llmdiag.sim.presets import get_preset
+            from llmdiag.sim.server import SimServer
+
+            with SimServer(get_preset(preset)) as sim:
+                if not as_json:
+                    stderr.print(f"[dim]no server given: loading the built-in simulator ({preset}) at {sim.url}[/]")
+                report = go(Connection(base_url=sim.url),
+                            TelemetryOptions(dcgm_url=sim.dcgm_url, nvml="off", host=False))  # fmt: skip
+        else:
+            connection = Connection(base_url=url, metrics_url=metrics_url,
+                                    headers=dict(parse_header(h) for h in header or []), api_key=api_key,
+                                    timeout_seconds=min(timeout, 10.0), insecure=insecure)  # fmt: skip
+            report = go(connection, TelemetryOptions(dcgm_url=dcgm_url, nvml="auto" if nvml else "off",
+                                                     pids=pid or []))  # fmt: skip
+        if output is not None:
+            write_atomic(output, report.model_dump_json(indent=2) + "\n")
+    except LlmdiagError as error:
+        fail(error)
+    except OSError as exc:
+        fail(LlmdiagError(f"cannot write {output}: {exc.strerror}", "pick another --output path"))
+    if as_json:
+        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    else:
+        stdout.print(render_load(report))
+    raise typer.Exit(EXIT_OK)
+
+
 @app.command()
 def capacity(
     users: Annotated[int, typer.Option("--users", help="Users with a request in flight at once.")],

@@ -1,0 +1,172 @@
+"""`llmdiag load`: drive a bounded load at one level after another and read the server while it runs.
+
+Each level runs for ``warmup_seconds + duration_seconds`` (and a second more, so the last scrape still sees the
+load). The server's metrics and telemetry are scraped over the ``duration_seconds`` after the warm-up (the same
+window loop as ``scan``, in a thread), and the requests that end inside that window make the level's client-side
+numbers. So every level gets both halves: what users got, and why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+
+from llmdiag.collect import TelemetryOptions, collect_live
+from llmdiag.collect.http import Connection
+from llmdiag.collect.requests import (
+    OpenAIClient,
+    PromptFactory,
+    RequestPlan,
+    RequestResult,
+    check_target,
+    closed_loop,
+    open_loop,
+)
+from llmdiag.errors import LlmdiagError, UsageError
+from llmdiag.model import SignalSet
+
+# hard caps: a load test is bounded whatever the flags say
+MAX_LEVEL_SECONDS = 600.0
+MAX_REQUESTS_PER_LEVEL = 100_000
+MAX_USERS = 5000
+MAX_RATE_PER_SECOND = 2000.0
+DEFAULT_WARMUP_SECONDS = 3.0
+# the load runs on a little past the window, so that the window's last scrape still sees it running
+TAIL_SECONDS = 1.0
+TOKENS_RE = re.compile(r"^\s*(\d+)\s*(?:[:-]\s*(\d+))?\s*$")
+NORMAL_RE = re.compile(r"^\s*normal\s*:\s*(\d+(?:\.\d+)?)\s*,\s*(\d+(?:\.\d+)?)\s*$")
+
+
+@dataclass(frozen=True)
+class TokenLengths:
+    """A token count per request: fixed ("256"), uniform ("128:512") or normal ("normal:256,64", at least 1)."""
+
+    low: int
+    high: int
+    mean: float | None = None
+    sd: float | None = None
+    text: str = ""
+
+    @classmethod
+    def parse(cls, text: str, what: str) -> TokenLengths:
+        hint = f"{what} takes 256, 128:512 (uniform) or normal:256,64"
+        if match := TOKENS_RE.match(text):
+            low = int(match.group(1))
+            high = int(match.group(2) or low)
+            if low < 1 or high < low:
+                raise UsageError(f"{what} {text!r}: need 1 <= low <= high", hint)
+            return cls(low, high, text=text.strip())
+        if match := NORMAL_RE.match(text):
+            mean, sd = float(match.group(1)), float(match.group(2))
+            if mean < 1:
+                raise UsageError(f"{what} {text!r}: the mean must be at least 1", hint)
+            return cls(1, max(1, round(mean + 4 * sd)), mean=mean, sd=sd, text=text.strip())
+        raise UsageError(f"{what} {text!r} is not a token count", hint)
+
+    def sample(self, rng: random.Random) -> int:
+        if self.mean is not None and self.sd is not None:
+            return max(1, min(self.high, round(rng.gauss(self.mean, self.sd))))
+        return self.low if self.low == self.high else rng.randint(self.low, self.high)
+
+
+@dataclass
+class LoadPlan:
+    """What `llmdiag load` drives: closed-loop users or open-loop rates, one level after another."""
+
+    levels: list[float]
+    mode: str = "closed"  # "closed": levels are users; "open": requests per second
+    duration_seconds: float = 20.0
+    warmup_seconds: float = DEFAULT_WARMUP_SECONDS
+    max_requests: int = 20_000  # per level
+    prompt_tokens: TokenLengths = field(default_factory=lambda: TokenLengths(256, 256, text="256"))
+    output_tokens: TokenLengths = field(default_factory=lambda: TokenLengths(128, 128, text="128"))
+    model: str | None = None
+    chat: bool = False
+    think_time_seconds: float = 0.0
+    allow_remote: bool = False
+    seed: int = 0
+    timeout_seconds: float = 60.0
+
+    def validate(self, base_url: str) -> None:
+        check_target(base_url, self.allow_remote)
+        self.validate_levels()
+
+    def validate_levels(self) -> None:
+        if not self.levels:
+            raise UsageError("no load level given", "e.g. --users 8, --rate 4 or --sweep 1,8,32")
+        if self.mode == "closed" and any(u < 1 or u != int(u) or u > MAX_USERS for u in self.levels):
+            raise UsageError(f"users must be whole numbers from 1 to {MAX_USERS}", "e.g. --sweep 1,8,32,128")
+        if self.mode == "open" and any(not 0 < r <= MAX_RATE_PER_SECOND for r in self.levels):
+            raise UsageError(f"rates must be above 0 and at most {MAX_RATE_PER_SECOND:g} requests/s")
+        if not 1 <= self.duration_seconds <= MAX_LEVEL_SECONDS:
+            raise UsageError(f"--duration must be between 1 and {MAX_LEVEL_SECONDS:g} s per level")
+        if not 1 <= self.max_requests <= MAX_REQUESTS_PER_LEVEL:
+            raise UsageError(f"--requests must be between 1 and {MAX_REQUESTS_PER_LEVEL}")
+
+
+@dataclass
+class LevelRun:
+    """One level's raw material: every request result, the measured window, and the server's signals."""
+
+    results: list[RequestResult]
+    window_start: float  # monotonic
+    window_end: float
+    signals: SignalSet | None
+    scan_error: str | None
+    model: str
+
+
+class _Scraper(threading.Thread):
+    """``collect_live`` on its own thread, started when the warm-up ends; keeps its error instead of raising."""
+
+    def __init__(self, connection: Connection, seconds: float, telemetry: TelemetryOptions | None):
+        super().__init__(name="llmdiag-load-scan", daemon=True)
+        self.connection, self.seconds, self.telemetry = connection, seconds, telemetry
+        self.signals: SignalSet | None = None
+        self.error: str | None = None
+
+    def run(self) -> None:
+        try:
+            self.signals = collect_live(self.connection, self.seconds, telemetry=self.telemetry)
+        except LlmdiagError as exc:
+            self.error = exc.message
+
+
+async def run_level(connection: Connection, plan: LoadPlan, level: float,
+                    telemetry: TelemetryOptions | None) -> LevelRun:  # fmt: skip
+    rng = random.Random(plan.seed + int(level * 1000))
+    async with OpenAIClient.from_connection(connection, model=plan.model, timeout_seconds=plan.timeout_seconds) as c:
+        prompts = PromptFactory(c, seed=rng.randrange(1 << 30))
+        await prompts.calibrate()
+
+        async def next_request() -> RequestPlan:
+            output = plan.output_tokens.sample(rng)
+            return RequestPlan(prompt=await prompts.prompt(plan.prompt_tokens.sample(rng)), max_tokens=output,
+                               chat=plan.chat, ignore_eos=True, min_tokens=output)  # fmt: skip
+
+        total = plan.warmup_seconds + plan.duration_seconds + TAIL_SECONDS
+        started = time.monotonic()
+        scraper = _Scraper(connection, plan.duration_seconds, telemetry)
+        timer = asyncio.get_running_loop().call_later(plan.warmup_seconds, scraper.start)
+        try:
+            if plan.mode == "closed":
+                results = await closed_loop(c, int(level), next_request, duration_seconds=total,
+                                            max_requests=plan.max_requests, think_time_seconds=plan.think_time_seconds,
+                                            allow_remote=plan.allow_remote)  # fmt: skip
+            else:
+                results = await open_loop(c, level, next_request, duration_seconds=total,
+                                          max_requests=plan.max_requests, seed=plan.seed,
+                                          allow_remote=plan.allow_remote)  # fmt: skip
+        finally:
+            timer.cancel()
+        window_start = started + plan.warmup_seconds
+        window_end = window_start + plan.duration_seconds
+        if scraper.is_alive() or scraper.ident is not None:
+            await asyncio.to_thread(scraper.join, plan.duration_seconds + 60)
+        else:
+            scraper.error = "the load ended before the warm-up did: no window to scan"
+        return LevelRun(results, window_start, window_end, scraper.signals, scraper.error, c.model or "")
