@@ -227,6 +227,29 @@ def test_scheduling(tiny_model: Path) -> None:
     assert scan.stat("requests_waiting", "mean") > 5, scan.describe("queue too short")
 
 
+def test_load_sweep_on_max_num_seqs_2_finds_the_knee(tiny_model: Path) -> None:
+    """`llmdiag load --sweep 1,32` against --max-num-seqs 2: TTFT becomes queue time and each user's speed
+    collapses at 32 users, and the load report's verdict there says scheduling."""
+    spec = STATES["scheduling"]
+    with start_server(spec, tiny_model) as server:
+        cmd = [sys.executable, "-m", "llmdiag", "load", server.base_url, "--sweep", "1,32", "--duration", "12",
+               "--warmup", "4", "--prompt-tokens", "32", "--output-tokens", "32", "--json", "--no-nvml"]
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"{proc.stderr[-3000:]}\n{server.log_tail(3000)}"
+    report = json.loads(proc.stdout)
+    alone, crowd = report["points"]
+    context = json.dumps([{k: p[k] for k in ("users", "requests_completed", "errors", "ttft_seconds",
+                                            "per_user_tokens_per_second")} for p in report["points"]], indent=1)
+    assert alone["requests_completed"] > 0 and crowd["requests_completed"] > 0, context
+    assert not crowd["errors"], context
+    assert crowd["ttft_seconds"]["p50"] > 3 * alone["ttft_seconds"]["p50"], context
+    queue = crowd["verdict"]["signals"]["queue_time_seconds"]["stats"]["mean"]
+    assert queue > 0.5 * crowd["ttft_seconds"]["mean"], context  # TTFT ≈ queue time
+    assert crowd["per_user_tokens_per_second"]["p50"] < 0.5 * alone["per_user_tokens_per_second"]["p50"], context
+    assert crowd["verdict"]["bottleneck"] == "scheduling", crowd["verdict"]["summary"]
+    assert report["knee"]["users"] == 32 and report["knee"]["bottleneck"] == "scheduling", report["knee"]
+
+
 def test_memory(tiny_model: Path) -> None:
     spec = STATES["memory"]
     with start_server(spec, tiny_model) as server:
