@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -82,12 +85,13 @@ class RawServer:
     script: Script
     seen: list[Seen] = field(default_factory=list)
     connections: int = 0
+    tls: ssl.SSLContext | None = None  # serve HTTPS with this context
 
     def __post_init__(self) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.sock.getsockname()[1]}"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
@@ -110,6 +114,12 @@ class RawServer:
 
     def _serve(self, conn: socket.socket, number: int) -> None:
         buffer = b""
+        if self.tls is not None:
+            try:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            except (OSError, ssl.SSLError):
+                conn.close()  # a client that refused the certificate
+                return
         with conn:
             while True:
                 while b"\r\n\r\n" not in buffer:
@@ -272,7 +282,12 @@ def test_the_simulator_tokenizes_like_vllm(sim):
     chat = requests.post(sim.url + "/tokenize", json={"messages": [{"role": "user", "content": "a b"}]}, timeout=10)
     assert chat.json()["count"] == 2
     assert requests.post(sim.url + "/tokenize", json={"model": "other", "prompt": "a"}, timeout=10).status_code == 404
-    assert run(OpenAIClient(sim.url, model=sim.model).count_tokens("four words right here")) == 4
+
+    async def count():
+        async with OpenAIClient(sim.url, model=sim.model) as client:
+            return await client.count_tokens("four words right here")
+
+    assert run(count()) == 4
 
 
 # --- prompts of a chosen length ------------------------------------------------------------------------------
@@ -653,6 +668,24 @@ def test_headers_and_the_api_key_are_sent_and_kept_out_of_errors():
     assert secret not in repr(result) and secret not in repr(client) and secret not in (result.error or "")
     with pytest.raises(UsageError):
         OpenAIClient(server.url, headers={"X-Bad": "a\r\nInjected: yes"})
+    with pytest.raises(UsageError):
+        client.new_result("id\r\nInjected: yes")
+
+
+def test_tls_with_a_self_signed_certificate(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=localhost"], check=True, capture_output=True)  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    answer = sse_script(text_event(" a"), text_event(" b"), usage_event(2, 2), DONE)
+    with RawServer(answer, tls=context) as server:
+        trusted = run(one(server.url, "p", 2, client_options={"model": "m", "insecure": True}))
+        refused = run(one(server.url, "p", 2, client_options={"model": "m"}))
+    assert trusted.ok and trusted.output_tokens == 2 and len(trusted.token_times) == 2, trusted.error
+    assert refused.error_kind == "connect" and "certificate" in refused.error and "--insecure" in refused.error
 
 
 def test_a_non_http_answer_is_a_stream_error():
