@@ -116,7 +116,7 @@ def _file_lock(path: Path) -> Iterator[None]:
 
 
 def _run(cmd: Sequence[str | Path], what: str) -> None:
-    _log(f"{what}: {' '.join(c if len(c) < 200 else c[:60] + '…' for c in map(str, cmd))}")
+    _log(f"{what}: {' '.join(c if len(c) < 200 else '<script>' for c in map(str, cmd))}")
     started = time.monotonic()
     proc = subprocess.run([str(c) for c in cmd], env=offline_env() | {"PIP_NO_INPUT": "1"})
     if proc.returncode != 0:

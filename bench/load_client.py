@@ -4,9 +4,10 @@ at 1000 concurrent streams, and the highest streamed tokens/s one client process
 Every load runs against a server in its OWN process, and every client in its own process too, so that each one's CPU
 is measured alone (psutil over each process tree; the rest of the machine is reported as "other"):
 
-1. CPU per token, side by side: GuideLLM 0.8.1 (``guidellm run``, its own venv, built by bench/guidellm_env.py) and
-   our client (``llmdiag.collect.requests``: ``closed_loop`` on an ``OpenAIClient``, in a child process of this file)
-   each run a closed loop of N concurrent streaming chat requests (prompt P words, output O tokens, ignore_eos) for S
+1. CPU per token, side by side: GuideLLM 0.8.1 (``guidellm run``, its own venv, built by bench/guidellm_env.py), our
+   client as a library (``llmdiag.collect.requests``: ``closed_loop`` on an ``OpenAIClient``, in a child process of
+   this file) and ``llmdiag load`` (the command: the same client plus its scan of the server during the level) each
+   run a closed loop of N concurrent streaming chat requests (prompt P words, output O tokens, ignore_eos) for S
    seconds against the simulator (``python -m llmdiag sim serve``), same preset, same time scale. Two figures each:
      steady   CPU of the client's process tree (sampled every 0.5 s) over the middle of the run, divided by the
               tokens the simulator generated in the same window (its /sim/stats counter): start-up and wind-down
@@ -20,14 +21,15 @@ is measured alone (psutil over each process tree; the rest of the machine is rep
    TTFT (first token written − handler started), and the client's gaps between events against the server's gaps
    between writes; p50/p99 of the absolute differences (target p99 ≤ 5 ms). The TTFT difference is split into its
    two parts: request sent → the simulator's handler starting (time the server's own stamp cannot see) and first
-   event written → read by the client. Output lengths spread ±50 % so that users do not move in lockstep.
+   event written → read by the client. Output lengths spread ±50 % so that users do not move in lockstep. Then
+   ``llmdiag load`` itself drives the same 1000 users (completed requests, errors, CPU).
 3. Max ingest, 1000 users, long outputs: (a) the simulator sped up (``--ingest-scales``); it runs out of CPU first
    (its lag column grows); (b) the bench's own "firehose" SSE server, which sends the same events with no engine
    and one write per event, so the client is what runs out.
 
     .venv/bin/python bench/guidellm_env.py           # once: GuideLLM's venv and tokenizer (≈ 1 min, 1.5 GB)
-    .venv/bin/python bench/load_client.py            # everything, ≈ 5 min on 2 cores
-    .venv/bin/python bench/load_client.py --quick    # 128 users only, shorter runs, ≈ 1.5 min
+    .venv/bin/python bench/load_client.py            # everything, ≈ 6 min on 2 cores
+    .venv/bin/python bench/load_client.py --quick    # 128 users only, shorter runs, ≈ 2 min
     .venv/bin/python bench/load_client.py --only cpu --users 128 --seconds 30 --json out.json
     LOAD_CLIENT_PROFILE=/tmp/client.prof .venv/bin/python bench/load_client.py --only agree   # cProfile our client
 
@@ -369,7 +371,7 @@ def run_ours(sim: SimProcess, users: int, seconds: float, prompt: int, output: i
              records: Path | None = None, output_spread: float = 0.0) -> ClientRun:  # fmt: skip
     """Our client in a child process (``DRIVER_FLAG``): the closed loop for ``seconds``; a summary on stdout, and
     with ``records`` every request's timings written there after the load ends."""
-    run = ClientRun("llmdiag", users, seconds, prompt, output, sim.time_scale)
+    run = ClientRun("library", users, seconds, prompt, output, sim.time_scale)
     spec = {"url": sim.url, "model": sim.model, "users": users, "seconds": seconds, "prompt_tokens": prompt,
             "output_tokens": output, "output_spread": output_spread,
             "records": str(records) if records else None}  # fmt: skip
@@ -386,6 +388,38 @@ def run_ours(sim: SimProcess, users: int, seconds: float, prompt: int, output: i
     run.itl_ms, run.events = summary.get("itl_ms"), summary.get("events")
     if summary.get("error_kinds"):
         run.note = f"errors: {summary['error_kinds']}"
+    return run
+
+
+def run_cli(sim: SimProcess, users: int, seconds: float, prompt: int, output: int | str) -> ClientRun:
+    """``llmdiag load URL --users N --duration S --warmup 0 --chat --no-nvml`` as the user would run it: the same
+    client plus what the command does beside it (a scan of the server's /metrics during the level, the verdict,
+    the report). ``output`` may be a range such as "32:96". Tokens: the simulator's count over the whole run (the
+    report gives rates, not totals)."""
+    run = ClientRun("load CLI", users, seconds, prompt, output if isinstance(output, int) else 0, sim.time_scale)
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "load.json"
+        cmd = [sys.executable, "-m", "llmdiag", "load", sim.url, "--users", str(users), "--duration", f"{seconds:g}",
+               "--warmup", "0", "--prompt-tokens", str(prompt), "--output-tokens", str(output), "--chat",
+               "--no-nvml", "--output", str(report)]  # fmt: skip
+        m = measure(cmd, sim, timeout=seconds + 180)
+        run.rc, run.wall, run.cpu_whole = m.rc, m.wall, m.cpu
+        run.window = steady_window(m.samples, skip=max(2.0, seconds * 0.15), tail=max(1.0, seconds * 0.05))
+        if m.samples:
+            run.tokens_client = m.samples[-1].generation_tokens - m.samples[0].generation_tokens
+        if not report.exists():
+            run.note = f"llmdiag load exit {m.rc}: {(m.stderr or m.stdout)[-800:]}"
+            return run
+        point = json.loads(report.read_text())["points"][0]
+    run.requests_ok = int(point.get("requests_completed") or 0)
+    errors = point.get("errors") or {}
+    run.errors = int(sum(errors.values())) if isinstance(errors, dict) else 0
+    itl = (point.get("itl_seconds") or {}).get("p50")
+    run.itl_ms = 1e3 * itl if itl is not None else None
+    if errors:
+        run.note = f"errors: {errors}"
+    if m.rc not in (0, 1):
+        run.note = (run.note + " " if run.note else "") + f"exit {m.rc}"
     return run
 
 
@@ -463,6 +497,8 @@ class Agreement:
     seconds: float = 0.0
     spread: float = 0.0
     run: ClientRun | None = None
+    after_warmup: Agreement | None = None  # the same, for requests sent after the first ``warmup`` seconds
+    warmup: float = 0.0
     requests_compared: int = 0  # successful on the client, with the server's timings under the same id
     requests_without_timings: int = 0
     event_count_mismatches: int = 0  # the client saw a different number of content events than the server wrote
@@ -493,6 +529,8 @@ class Agreement:
             "client_ttft_ms": pct(self.client_ttft_ms), "server_ttft_ms": pct(self.server_ttft_ms),
             "client_itl_ms": pct(self.client_itl_ms), "server_itl_ms": pct(self.server_itl_ms),
             "note": self.note,
+            "warmup_seconds": self.warmup,
+            "after_warmup": self.after_warmup.summary() if self.after_warmup else None,
         }  # fmt: skip
 
 
@@ -528,8 +566,11 @@ def compare(agree: Agreement, records: list[dict[str, Any]], server: dict[str, d
 
 
 def run_agreement(preset: str, users: int, seconds: float, prompt: int, output: int, scale: float,
-                  spread: float) -> Agreement:  # fmt: skip
-    agree = Agreement(users=users, seconds=seconds, spread=spread)
+                  spread: float, warmup: float) -> Agreement:  # fmt: skip
+    """Our client with ``users`` users against the simulator with its timings on; every successful request compared,
+    and separately those sent ``warmup`` seconds or more after the first (past the opening burst of ``users``
+    simultaneous requests)."""
+    agree = Agreement(users=users, seconds=seconds, spread=spread, warmup=warmup)
     keep = max(4096, int(users * seconds * 2))  # more than the requests the run can finish
     with SimProcess(preset, scale, record_timings=keep) as sim, tempfile.TemporaryDirectory() as tmp:
         records_path = Path(tmp) / "records.json"
@@ -542,6 +583,10 @@ def run_agreement(preset: str, users: int, seconds: float, prompt: int, output: 
     if timings.get("dropped"):
         agree.note = f"the simulator dropped {timings['dropped']} requests' timings (capacity {timings['capacity']})"
     compare(agree, records, timings["requests"])
+    if records:
+        first = min(r["started"] for r in records)
+        agree.after_warmup = Agreement(users=users, seconds=seconds, spread=spread)
+        compare(agree.after_warmup, [r for r in records if r["started"] >= first + warmup], timings["requests"])
     return agree
 
 
@@ -680,18 +725,18 @@ def fmt(x: float | None, spec: str = ".2f") -> str:
     return "—" if x is None or x != x else format(x, spec)
 
 
-def cpu_ratio(pair: tuple[ClientRun, ClientRun]) -> tuple[float | None, float | None]:
-    """(steady, whole run) llmdiag / GuideLLM CPU per token."""
-    g, o = pair
+def cpu_ratio(guidellm: ClientRun, ours: ClientRun) -> tuple[float | None, float | None]:
+    """(steady, whole run) ours / GuideLLM CPU per token."""
+    g, o = guidellm, ours
     steady = o.window.cpu_s_per_1k / g.window.cpu_s_per_1k if g.window.tokens and o.window.tokens else None
     whole = o.cpu_s_per_1k_whole / g.cpu_s_per_1k_whole if g.tokens_client and o.tokens_client else None
     return steady, whole
 
 
-def print_cpu_table(pairs: list[tuple[ClientRun, ClientRun]]) -> None:
-    if not pairs:
+def print_cpu_table(groups: list[list[ClientRun]]) -> None:
+    if not groups:
         return
-    r0 = pairs[0][0]
+    r0 = groups[0][0]
     print(
         f"\n== CPU per streamed token: GuideLLM 0.8.1 vs llmdiag, each in its own process; closed loop of N streaming "
         f"chat requests, prompt {r0.prompt_tokens} words, output {r0.output_tokens} tokens, {r0.seconds:g} s =="
@@ -702,8 +747,8 @@ def print_cpu_table(pairs: list[tuple[ClientRun, ClientRun]]) -> None:
     print(f"{'':9} {'':>5} {'':>5} {'':>6} {'':>6} {'':>6} {'':>3} {'CPU':>7} {'CPU':>6} {'CPU':>6} {'s/1k':>7} "
           f"{'CPU-s':>7} {'s/1k':>7}")  # fmt: skip
     print("-" * len(head))
-    for pair in pairs:
-        for r in pair:
+    for group in groups:
+        for r in group:
             w = r.window
             print(f"{r.client:9} {r.users:>5} {r.time_scale:>5g} {w.tokens_per_s:>6.0f} {fmt(r.itl_ms, '.1f'):>6} "
                   f"{r.requests_ok:>6} {r.errors:>3} {w.client_util:>6.2f}c {w.sim_util:>5.2f}c {w.other_util:>5.2f}c "
@@ -711,15 +756,20 @@ def print_cpu_table(pairs: list[tuple[ClientRun, ClientRun]]) -> None:
                   f"{fmt(r.cpu_s_per_1k_whole, '.4f'):>7}")  # fmt: skip
             if r.note:
                 print(f"          note: {r.note}")
-        steady, whole = cpu_ratio(pair)
-        verdict = "" if steady is None else ("  target ≤ 0.50: met" if steady <= 0.5 else "  target ≤ 0.50: NOT met")
-        print(f"{'ratio':9} {pair[0].users:>5}  llmdiag / GuideLLM CPU per token: steady {fmt(steady, '.3f')}, "
-              f"whole run {fmt(whole, '.3f')}{verdict}")  # fmt: skip
+        for ours in group[1:]:
+            steady, whole = cpu_ratio(group[0], ours)
+            verdict = (
+                "" if steady is None else ("   target ≤ 0.50: met" if steady <= 0.5 else "   target ≤ 0.50: NOT met")
+            )
+            print(f"{'ratio':9} {group[0].users:>5}  {ours.client} / GuideLLM CPU per token: steady "
+                  f"{fmt(steady, '.3f')}, whole run {fmt(whole, '.3f')}{verdict}")  # fmt: skip
     print(
-        "scale: the simulator's time scale; tok/s, client, sim and other CPU (c = cores; other = the rest of the "
-        "machine: this bench, the kernel, other users) over the steady window; "
-        "steady s/1k: client CPU-seconds per 1000 tokens the simulator generated in that window (= CPU-ms per "
-        "token); whole: the client's whole run, start-up included, per token it counted"
+        "library: llmdiag.collect.requests.closed_loop in a child process of this bench; load CLI: `llmdiag load` "
+        "(the same client plus its scan of /metrics during the level and its report). scale: the simulator's time "
+        "scale; tok/s, client, sim and other CPU (c = cores; other = the rest of the machine: this bench, the kernel, "
+        "other users) over the steady window; ITL: each client's own median; steady s/1k: client CPU-seconds per "
+        "1000 tokens the simulator generated in that window (= CPU-ms per token); whole: the client's whole run, "
+        "start-up included, per token it counted (load CLI: per token the simulator generated)"
     )
 
 
@@ -745,7 +795,9 @@ def print_agreement(agreements: list[Agreement]) -> None:
             f"compared {sm['requests_compared']} requests ({sm['requests_without_timings']} without server timings, "
             f"{sm['event_count_mismatches']} with a different event count), {sm['gaps_compared']} token gaps"
         )
-        print(f"{'':34} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+        late = a.after_warmup.summary() if a.after_warmup else None
+        print(f"{'':34} {'every request':^26} | {'sent ≥ ' + format(a.warmup, 'g') + ' s in':^17}")
+        print(f"{'':34} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} | {'p50 ms':>8} {'p99 ms':>8}")
         for key, label in (("ttft_abs_diff_ms", "|client TTFT − server TTFT|"),
                            ("send_to_handler_ms", "  of which: sent → server handler"),
                            ("first_delivery_ms", "  of which: 1st event write → read"),
@@ -754,12 +806,21 @@ def print_agreement(agreements: list[Agreement]) -> None:
                            ("client_ttft_ms", "client TTFT"), ("server_ttft_ms", "server TTFT"),
                            ("client_itl_ms", "client ITL"), ("server_itl_ms", "server ITL")):  # fmt: skip
             v = sm[key]
-            print(f"{label:34} {v['p50']:>8.2f} {v['p99']:>8.2f} {v['max']:>8.2f}")
-        ttft, itl = sm["ttft_abs_diff_ms"]["p99"], sm["itl_abs_diff_ms"]["p99"]
-        print(
-            f"target p99 ≤ 5 ms: TTFT {'met' if ttft <= 5 else 'NOT met'} ({ttft:.1f} ms), "
-            f"ITL {'met' if itl <= 5 else 'NOT met'} ({itl:.1f} ms)"
-        )
+            tail = f" | {late[key]['p50']:>8.2f} {late[key]['p99']:>8.2f}" if late else ""
+            print(f"{label:34} {v['p50']:>8.2f} {v['p99']:>8.2f} {v['max']:>8.2f}{tail}")
+        if late:
+            print(f"{'requests compared':34} {sm['requests_compared']:>26} | {late['requests_compared']:>17}")
+        for name, summary in (("every request", sm), (f"sent ≥ {a.warmup:g} s in", late)):
+            if summary is None or not summary["requests_compared"]:
+                continue
+            ttft, itl = summary["ttft_abs_diff_ms"]["p99"], summary["itl_abs_diff_ms"]["p99"]
+            print(f"target p99 ≤ 5 ms, {name}: TTFT {'met' if ttft <= 5 else 'NOT met'} ({ttft:.1f} ms), "
+                  f"ITL {'met' if itl <= 5 else 'NOT met'} ({itl:.1f} ms)")  # fmt: skip
+    if agreements:
+        print("sent → server handler: from the client writing the request to the simulator's handler starting, which "
+              "is where the simulator stamps 'received'; time spent queued in the simulator's own event loop is in "
+              "it, and no client can see it. 1st event write → read and every event: how late the client stamps "
+              "what the simulator wrote (the same clock, time.monotonic()).")  # fmt: skip
 
 
 def print_ingest(points: list[IngestPoint], label: str, knob: str) -> None:
@@ -818,6 +879,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--agree-seconds", type=float, default=20.0)
     parser.add_argument("--agree-scales", default="1,0.25", help="simulator time scales of the agreement runs")
     parser.add_argument("--agree-spread", type=float, default=0.5, help="output lengths spread ±: users out of step")
+    parser.add_argument(
+        "--agree-warmup",
+        type=float,
+        default=5.0,
+        help="also compare only the requests sent this many seconds after the first",
+    )
     parser.add_argument("--ingest-users", type=int, default=1000)
     parser.add_argument("--ingest-seconds", type=float, default=10.0)
     parser.add_argument("--ingest-scales", default="1,4,16", help="simulator time scales of the ingest points")
@@ -855,25 +922,35 @@ def main() -> int:
     print(f"load-client bench: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, preset {args.preset}; "
           f"the simulator and each client in their own processes")  # fmt: skip
     out: dict[str, Any] = {"cpus": os.cpu_count(), "preset": args.preset}
-    pairs: list[tuple[ClientRun, ClientRun]] = []
+    groups: list[list[ClientRun]] = []
     if "cpu" in args.only:
         for users in (int(u) for u in args.users.split(",")):
             scale = args.time_scale or DEFAULT_CPU_SCALES.get(users) or (0.15 if users <= 128 else 0.1)
-            with SimProcess(args.preset, scale) as sim:
-                g = run_guidellm(sim, users, args.seconds, args.prompt_tokens, args.output_tokens)
-            with SimProcess(args.preset, scale) as sim:
-                o = run_ours(sim, users, args.seconds, args.prompt_tokens, args.output_tokens)
-            pairs.append((g, o))
+            group = []
+            for runner in (run_guidellm, run_ours, run_cli):
+                with SimProcess(args.preset, scale) as sim:
+                    group.append(runner(sim, users, args.seconds, args.prompt_tokens, args.output_tokens))
+            groups.append(group)
             print(f"  [cpu] {users} users done ({time.monotonic() - started:.0f} s)", flush=True)
-        out["cpu"] = [{"guidellm": asdict(g), "llmdiag": asdict(o), "ratio_steady": cpu_ratio((g, o))[0],
-                       "ratio_whole": cpu_ratio((g, o))[1]} for g, o in pairs]  # fmt: skip
+        out["cpu"] = [{"runs": [asdict(r) for r in group],
+                       "ratios": {r.client: dict(steady=cpu_ratio(group[0], r)[0], whole=cpu_ratio(group[0], r)[1])
+                                  for r in group[1:]}}
+                      for group in groups]  # fmt: skip
     agreements: list[Agreement] = []
+    cli_runs: list[ClientRun] = []
     if "agree" in args.only:
         for scale in floats(args.agree_scales):
-            agreements.append(run_agreement(args.preset, args.agree_users, args.agree_seconds, args.prompt_tokens,
-                                            args.output_tokens, scale, args.agree_spread))  # fmt: skip
+            agree = run_agreement(args.preset, args.agree_users, args.agree_seconds, args.prompt_tokens,
+                                  args.output_tokens, scale, args.agree_spread, args.agree_warmup)  # fmt: skip
+            agreements.append(agree)
             print(f"  [agree] time scale {scale:g} done ({time.monotonic() - started:.0f} s)", flush=True)
         out["agreement"] = [{**a.summary(), "run": asdict(a.run) if a.run else None} for a in agreements]
+        low = max(1, round(args.output_tokens * (1 - args.agree_spread)))
+        high = max(low, round(args.output_tokens * (1 + args.agree_spread)))
+        with SimProcess(args.preset, floats(args.agree_scales)[0]) as sim:
+            cli_runs.append(run_cli(sim, args.agree_users, args.agree_seconds, args.prompt_tokens, f"{low}:{high}"))
+        print(f"  [agree] llmdiag load with {args.agree_users} users done ({time.monotonic() - started:.0f} s)")
+        out["load_cli_users"] = [asdict(r) for r in cli_runs]
     points: list[IngestPoint] = []
     firehose: list[IngestPoint] = []
     if "ingest" in args.only:
@@ -884,8 +961,16 @@ def main() -> int:
         print(f"  [ingest] done ({time.monotonic() - started:.0f} s)", flush=True)
         out["ingest"] = [{"time_scale": p.time_scale, **asdict(p.run)} for p in points]
         out["ingest_firehose"] = [{"tick_ms": p.time_scale, **asdict(p.run)} for p in firehose]
-    print_cpu_table(pairs)
+    print_cpu_table(groups)
     print_agreement(agreements)
+    for r in cli_runs:
+        w = r.window
+        print(f"\n== `llmdiag load` itself with {r.users} concurrent streaming users, {r.seconds:g} s, simulator time "
+              f"scale {r.time_scale:g}: exit {r.rc}, {r.requests_ok} requests completed, {r.errors} errors; steady "
+              f"window {w.tokens_per_s:.0f} tok/s, llmdiag CPU {w.client_util:.2f} cores, simulator "
+              f"{w.sim_util:.2f}, rest of the machine {w.other_util:.2f} ==")  # fmt: skip
+        if r.note:
+            print(f"note: {r.note}")
     print_ingest(points, f"the simulator (preset {args.preset}) sped up", "scale")
     print_ingest(firehose, "the bench's firehose server (no engine, one write per event)", "tick ms")
     print(f"\n(bench took {time.monotonic() - started:.0f} s)")
