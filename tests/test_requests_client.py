@@ -752,3 +752,23 @@ def test_the_real_vllm_tests_load_driver_runs_on_the_simulator(sim):
     assert summary["prompt_tokens_measured"] == 32 and summary["prompt_words"] == 32  # /tokenize calibrated
     assert load.stats.completion_tokens == 8 * load.stats.ok and load.stats.cancelled == 3
     assert load.started_at is not None and load.stopped_at is not None
+
+
+def test_many_first_requests_share_one_model_lookup():
+    answer = [SSE_HEAD, chunk(text_event(" a")), chunk(DONE), END]
+
+    def script(request: Seen) -> list:
+        if request.path == "/v1/models":
+            return [0.2, json_reply(200, {"object": "list", "data": [{"id": "the-model", "object": "model"}]})]
+        return answer
+
+    with RawServer(script) as server:
+
+        async def main():
+            async with OpenAIClient(server.url) as client:
+                return await asyncio.gather(*(client.complete("a", 1) for _ in range(10)))
+
+        results = run(main())
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert [r.path for r in server.seen].count("/v1/models") == 1
+    assert {json.loads(r.body)["model"] for r in server.seen if r.path == "/v1/completions"} == {"the-model"}

@@ -278,6 +278,9 @@ class _Connection(asyncio.BufferedProtocol):
         if self._state == _IDLE:
             return
         if self._received == 0 and self.exchanges > 1 and (exc is None or isinstance(exc, _STALE_ERRORS)):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._result, self._append = None, _ignore
             self._settle(_STALE)  # the server had closed the idle connection: retry on a new one
             return
         if self._state == _BODY and self._framing == _UNTIL_CLOSE:
@@ -385,6 +388,8 @@ class _Connection(asyncio.BufferedProtocol):
             if name == b"content-length":
                 try:
                     length = int(value)
+                    if length < 0:
+                        raise ValueError
                 except ValueError:
                     self._fail("stream", f"a bad Content-Length: {value[:40]!r}")
                     return
@@ -812,6 +817,7 @@ class OpenAIClient:
         self._id_prefix = secrets.token_hex(4)
         self._ids = itertools.count(1)
         self._model_checked = model is not None
+        self._model_lookup: asyncio.Future[None] | None = None
 
     def __repr__(self) -> str:
         return f"OpenAIClient({self.display_url!r}, model={self.model!r})"
@@ -1015,13 +1021,19 @@ class OpenAIClient:
         return len(tokens) if isinstance(tokens, list) else None
 
     async def _default_model(self) -> None:
-        self._model_checked = True
+        """Look the model up once; requests that start meanwhile wait for the same lookup."""
+        if self._model_lookup is None:
+            self._model_lookup = asyncio.ensure_future(self._look_up_model())
+        await asyncio.shield(self._model_lookup)
+
+    async def _look_up_model(self) -> None:
         try:
             names = await self.models()
         except ProbeError:
-            return  # send no model; the server may have a default
-        if names:
+            names = []  # send no model; the server may have a default
+        if names and self.model is None:
             self.model = names[0]
+        self._model_checked = True
 
 
 # --- prompts of a chosen length ------------------------------------------------------------------------------
