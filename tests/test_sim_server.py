@@ -274,8 +274,10 @@ def primary(verdict: dict) -> dict:
 def test_preset_healthy_scans_healthy(tmp_path):
     verdict = scan_preset("healthy", tmp_path)
     assert verdict["bottleneck"] == "healthy", describe(verdict)
-    # the demo reads the simulator's DCGM page too, and GPU telemetry does not turn a healthy server into a finding
-    assert [p["probe"] for p in verdict["coverage"]["probes"]] == ["vllm", "dcgm"]
+    # the demo reads the simulator's DCGM page too and sends canary requests, and neither GPU telemetry nor the
+    # canaries turn a healthy server into a finding
+    assert [p["probe"] for p in verdict["coverage"]["probes"]] == ["vllm", "dcgm", "canary"]
+    assert verdict["experience"]["client_requests"] >= 3
     network = next(c for c in verdict["coverage"]["classes"] if c["category"] == "network")
     assert network["evaluated"], network
     assert stat(verdict, "sm_active_ratio", "mean") > 0
