@@ -18,9 +18,9 @@ is measured alone (psutil over each process tree; the rest of the machine is rep
    GuideLLM ingests: a client that falls behind reads several events per socket read and looks cheaper per token.
 2. Agreement at 1000 users: our client against the simulator with its per-request timings on (GET /sim/timings,
    keyed by the client's X-Request-Id); per request, client TTFT (first token read − request sent) against server
-   TTFT (first token written − handler started), and the client's gaps between events against the server's gaps
+   TTFT (first token written − request's bytes read), and the client's gaps between events against the server's gaps
    between writes; p50/p99 of the absolute differences (target p99 ≤ 5 ms). The TTFT difference is split into its
-   two parts: request sent → the simulator's handler starting (time the server's own stamp cannot see) and first
+   two parts: request sent → the simulator reading its bytes (time the server's own stamp cannot see) and first
    event written → read by the client. Output lengths spread ±50 % so that users do not move in lockstep. Then
    ``llmdiag load`` itself drives the same 1000 users (completed requests, errors, CPU).
 3. Max ingest, 1000 users, long outputs: (a) the simulator sped up (``--ingest-scales``); it runs out of CPU first
@@ -799,7 +799,7 @@ def print_agreement(agreements: list[Agreement]) -> None:
         print(f"{'':34} {'every request':^26} | {'sent ≥ ' + format(a.warmup, 'g') + ' s in':^17}")
         print(f"{'':34} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} | {'p50 ms':>8} {'p99 ms':>8}")
         for key, label in (("ttft_abs_diff_ms", "|client TTFT − server TTFT|"),
-                           ("send_to_handler_ms", "  of which: sent → server handler"),
+                           ("send_to_handler_ms", "  of which: sent → server reads it"),
                            ("first_delivery_ms", "  of which: 1st event write → read"),
                            ("itl_abs_diff_ms", "|client gap − server gap| (ITL)"),
                            ("delivery_ms", "every event: write → client read"),
@@ -817,10 +817,10 @@ def print_agreement(agreements: list[Agreement]) -> None:
             print(f"target p99 ≤ 5 ms, {name}: TTFT {'met' if ttft <= 5 else 'NOT met'} ({ttft:.1f} ms), "
                   f"ITL {'met' if itl <= 5 else 'NOT met'} ({itl:.1f} ms)")  # fmt: skip
     if agreements:
-        print("sent → server handler: from the client writing the request to the simulator's handler starting, which "
-              "is where the simulator stamps 'received'; time spent queued in the simulator's own event loop is in "
-              "it, and no client can see it. 1st event write → read and every event: how late the client stamps "
-              "what the simulator wrote (the same clock, time.monotonic()).")  # fmt: skip
+        print("sent → server reads it: from the client writing the request to the simulator's event loop reading its "
+              "first bytes, which is where the simulator stamps 'received'; while that loop writes a thousand "
+              "streams the request waits in the socket, and no client can see it. 1st event write → read and every "
+              "event: how late the client stamps what the simulator wrote (one clock, time.monotonic()).")
 
 
 def print_ingest(points: list[IngestPoint], label: str, knob: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from llmdiag import __version__
@@ -241,6 +242,35 @@ def scan_progress(what: str, quiet: bool) -> Iterator[Callable[[int, int], None]
         yield lambda done, total: progress.update(task, completed=done, total=total)
 
 
+@contextmanager
+def load_progress(total_seconds: float, quiet: bool) -> Iterator[Callable[[str], None]]:
+    """A progress bar over the whole sweep on stderr when a person is watching; plain lines otherwise."""
+    if quiet:
+        yield lambda _: None
+        return
+    if not stderr.is_terminal:
+        yield lambda line: stderr.print(f"[dim]{escape(line)}[/]")
+        return
+    with Progress(
+        TextColumn("[dim]{task.description}"), BarColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+        console=stderr, transient=True,
+    ) as progress:  # fmt: skip
+        task = progress.add_task("starting", total=total_seconds)
+        started, done = time.monotonic(), threading.Event()
+
+        def tick() -> None:
+            while not done.wait(0.5):
+                progress.update(task, completed=min(total_seconds, time.monotonic() - started))
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            yield lambda line: progress.update(task, description=escape(line))
+        finally:
+            done.set()
+            ticker.join()
+
+
 @app.command()
 def demo(
     preset: Annotated[
@@ -407,13 +437,15 @@ def load(
         plan.validate_levels()  # before a simulator is started for nothing
         settings = load_settings(config)
 
-        def say(index: int, total: int, level: float) -> None:
-            what = (f"{level:g} user" + ("s" if level != 1 else "")) if closed else f"{level:g} requests/s"
-            if not as_json:
-                stderr.print(f"[dim]level {index + 1}/{total}: {what} for {warmup + duration:g} s[/]")
-
         def go(connection: Connection, telemetry: TelemetryOptions):
-            return run_load(connection, plan, telemetry, settings, slo_ttft, slo_tpot, on_level=say)
+            seconds = len(levels) * (warmup + duration + 1.0)
+            with load_progress(seconds, quiet=as_json) as show:
+
+                def say(index: int, total: int, level: float) -> None:
+                    what = (f"{level:g} user" + ("s" if level != 1 else "")) if closed else f"{level:g} requests/s"
+                    show(f"level {index + 1}/{total}: {what} for {warmup + duration:g} s")
+
+                return run_load(connection, plan, telemetry, settings, slo_ttft, slo_tpot, on_level=say)
 
         if url is None:
             from llmdiag.sim.presets import get_preset

@@ -36,9 +36,10 @@ end, so timer jitter does not slow the simulated GPU. When the host cannot keep 
 (``/sim/stats``): the pages then report what clients really saw.
 
 Server-side timings (off by default; ``SimServer(..., record_timings=True)``): for each request that carries an
-``X-Request-Id`` header, ``received_at`` (the handler's start), ``event_times`` (just before each content event is
-written) with ``event_tokens`` (tokens in each), and ``ended_at``, all ``time.monotonic()`` seconds: one clock for
-every process of the machine, so a client's own timestamps can be compared with them. The last
+``X-Request-Id`` header, ``received_at`` (when its first bytes arrived on the connection), ``event_times`` (just
+before each content event is written) with ``event_tokens`` (tokens in each), and ``ended_at``, all
+``time.monotonic()`` seconds: one clock for every process of the machine, so a client's own timestamps can be
+compared with them. The last
 ``max_timed_requests`` requests are kept; the cost is a float and an int appended per event.
 
 The load driver ``ClosedLoopLoad`` is ``llmdiag.collect.requests.BackgroundLoad`` with the preset's LoadSpec.
@@ -54,6 +55,7 @@ import threading
 import time
 import zlib
 from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -336,7 +338,7 @@ class SimApp:
         self._model_json = json.dumps(self.model)
         self._text = _Text(config.engine.model_len)
         self._ids = itertools.count(1)
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[_forget_arrival])
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/dcgm/metrics", self.dcgm_metrics)
         app.router.add_get("/health", self.health)
@@ -452,7 +454,10 @@ class SimApp:
         return prompt, max_tokens, max_tokens, "length"
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
-        received_at = time.monotonic()
+        # when the request's bytes arrived (stamped by _ArrivalStampingHandler when timings are recorded): under a
+        # thousand streams the handler starts tens of milliseconds later, behind the event loop's other work
+        arrived_at = getattr(request.protocol, "llmdiag_arrived_at", None)
+        received_at = arrived_at if arrived_at is not None else time.monotonic()
         handler = request.path
         timings = None
         if self.timings is not None and "X-Request-Id" in request.headers:
@@ -572,6 +577,32 @@ class SimApp:
 
     def shutdown(self) -> None:
         self.runner.shutdown()
+
+
+class _ArrivalStampingHandler(web.RequestHandler):
+    """aiohttp's connection protocol, stamping when a request's first bytes come off the socket (timings only)."""
+
+    llmdiag_arrived_at: float | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if self.llmdiag_arrived_at is None:
+            self.llmdiag_arrived_at = time.monotonic()
+        super().data_received(data)
+
+
+@web.middleware
+async def _forget_arrival(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+    """After every request, whatever its route: the connection's next request stamps its own arrival."""
+    try:
+        return await handler(request)
+    finally:
+        if getattr(request.protocol, "llmdiag_arrived_at", None) is not None:
+            request.protocol.llmdiag_arrived_at = None
+
+
+class _ArrivalStampingServer(web.Server):
+    def __call__(self) -> web.RequestHandler:
+        return _ArrivalStampingHandler(self, loop=self._loop, **self._kwargs)
 
 
 class SimServer:
@@ -705,6 +736,8 @@ class SimServer:
         runner = web.AppRunner(app.web_app, access_log=None, handler_cancellation=True,
                                shutdown_timeout=SHUTDOWN_SECONDS)  # fmt: skip
         await runner.setup()
+        if self._timings is not None and isinstance(runner.server, web.Server):
+            runner.server.__class__ = _ArrivalStampingServer  # only to hand out the stamping protocol
         try:
             site = web.TCPSite(runner, self.host, self.port, backlog=4096)
             await site.start()
