@@ -139,3 +139,14 @@ def test_a_server_without_an_api_gives_a_canary_coverage_line_and_still_a_verdic
     assert result.returncode in (0, 1) and "Traceback" not in result.stderr, result.stderr
     probe = canary_probe(json.loads(result.stdout))
     assert probe["ok"] is False and probe["note"].startswith("canary requests: unavailable (")
+
+
+def test_an_idle_server_stays_idle_apart_from_the_canaries_themselves():
+    with SimServer(get_preset("healthy")) as sim:
+        verdict = scan(sim.url, duration="5")
+    assert canary_probe(verdict)["ok"] and verdict["experience"]["client_requests"] >= 2
+    assert verdict["bottleneck"] == "idle", verdict["summary"]
+    assert "besides this scan's" in verdict["summary"] and "canary requests" in verdict["summary"]
+    # the server did count the canaries' tokens: they are what the idle test allows, and no more
+    generated = verdict["signals"]["generation_tokens_per_second"]["stats"]["increase"]
+    assert 0 < generated <= verdict["signals"]["client_output_tokens"]["stats"]["value"]

@@ -30,7 +30,12 @@ CANARY_SIGNALS = {
     "client_tpot_seconds": "histogram",
     "client_e2e_seconds": "histogram",
     "client_request_errors": "derived",
+    "client_requests_sent": "derived",
+    "client_output_tokens": "derived",
+    "client_prompt_tokens": "derived",
 }
+# a canary cut off at the window's end has had its prompt counted by the server but sent no usage: allow for one
+PROMPT_TOKENS_IN_FLIGHT = 2 * CANARY_PROMPT_TOKENS
 
 
 def _histogram(name: str, values: Iterable[float | None], source: str, window_seconds: float) -> Signal:
@@ -110,9 +115,9 @@ class Canary:
         if not ok:
             why = failed[0].error if failed else "none finished inside the window"
             return unavailable_source("canary", LABEL, f"{LABEL}: unavailable ({len(failed)} failed: {why})")
-        return self._signals(ok, failed)
+        return self._signals(ok, failed, results)
 
-    def _signals(self, ok: list[RequestResult], failed: list[RequestResult]) -> SignalSet:
+    def _signals(self, ok: list[RequestResult], failed: list[RequestResult], sent: list[RequestResult]) -> SignalSet:
         client = self.load.client if self.load else None
         model = client.model if client is not None and client.model else "?"
         source = (f"canary: {len(ok)} streamed /v1/completions requests "
@@ -122,8 +127,16 @@ class Canary:
         signals.add(_histogram("client_ttft_seconds", (r.ttft_seconds for r in ok), source, window))
         signals.add(_histogram("client_tpot_seconds", (r.tpot_seconds for r in ok), source, window))
         signals.add(_histogram("client_e2e_seconds", (r.e2e_seconds for r in ok), source, window))
-        signals.add(Signal(name="client_request_errors", kind="derived", unit="count",
-                           stats={"value": float(len(failed))}, source=source))  # fmt: skip
+        # what the canaries themselves put on the server's counters, so an otherwise idle server still reads idle
+        for name, value in (
+            ("client_request_errors", len(failed)),
+            ("client_requests_sent", len(sent)),
+            ("client_output_tokens", sum(r.output_tokens or 0 for r in sent)),
+            ("client_prompt_tokens",
+             sum(r.prompt_tokens or CANARY_PROMPT_TOKENS for r in ok) + PROMPT_TOKENS_IN_FLIGHT),
+        ):
+            signals.add(Signal(name=name, kind="derived", unit="count" if "token" not in name else "tokens",
+                               stats={"value": float(value)}, source=source))  # fmt: skip
         details = {"model": model, "requests": f"{len(ok)} ok, {len(failed)} failed"}
         if failed:
             details["first error"] = (failed[0].error or "")[:160]

@@ -199,14 +199,24 @@ def _experience(signals: SignalSet) -> Experience:
 
 
 def _is_idle(signals: SignalSet) -> bool | None:
-    """True when nothing ran, waited or was generated in the window; None when that can't be told."""
+    """True when nothing but the scan's own canary requests ran, waited or was generated in the window; None when
+    that can't be told. The canaries go one at a time, so they can show as one running request and as at most the
+    tokens they sent and received."""
     running, _ = _lookup(signals, SignalRef(signal="requests_running", stat="max"))
     waiting, _ = _lookup(signals, SignalRef(signal="requests_waiting", stat="max"))
     if running is None or waiting is None:
         return None
     generated, _ = _lookup(signals, SignalRef(signal="generation_tokens_per_second", stat="increase"))
     prompted, _ = _lookup(signals, SignalRef(signal="prompt_tokens_per_second", stat="increase"))
-    return running == 0 and waiting == 0 and not generated and not prompted
+    canary_requests = _lookup(signals, SignalRef(signal="client_requests_sent", stat="value"))[0] or 0
+    canary_output = _lookup(signals, SignalRef(signal="client_output_tokens", stat="value"))[0] or 0
+    canary_prompt = _lookup(signals, SignalRef(signal="client_prompt_tokens", stat="value"))[0] or 0
+    return (
+        running <= (1 if canary_requests else 0)
+        and waiting == 0
+        and (generated or 0) <= canary_output
+        and (prompted or 0) <= canary_prompt
+    )
 
 
 def _confidence(
@@ -253,7 +263,10 @@ def _summary(bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet
         return f"{bottleneck.value.capitalize()}-bound: {primary.summary}"
     if bottleneck is Bottleneck.idle:
         duration = signals.window.duration_seconds or 0.0
-        return f"Idle: no request ran, waited or produced a token in the {duration:.0f} s window; nothing to diagnose."
+        canaries = _lookup(signals, SignalRef(signal="client_requests_sent", stat="value"))[0]
+        besides = f" besides this scan's {canaries:.0f} canary requests" if canaries else ""
+        return (f"Idle: no request ran, waited or produced a token in the {duration:.0f} s window{besides}; "
+                "nothing to diagnose.")  # fmt: skip
     if bottleneck is Bottleneck.healthy:
         return render_summary(
             "Healthy: {generation_tokens_per_second.rate:.0f} output tokens/s across "
