@@ -20,8 +20,6 @@ a stamp that is missing or names other versions rebuilds only that part.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -29,8 +27,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# one cache directory and one lock convention for every tool venv the project builds
+from tests.realserver.vllm_cpu import cache_dir, file_lock  # noqa: E402
 
 GUIDELLM_VERSION = "0.8.1"
 TORCH_VERSION = "2.13.0"
@@ -77,13 +81,6 @@ def _log(msg: str) -> None:
     print(f"[guidellm-env] {msg}", flush=True)
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("LLMDIAG_CACHE_DIR") or os.path.join("~", ".cache", "llmdiag")
-    path = Path(root).expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def venv_path() -> Path:
     return cache_dir() / VENV_NAME
 
@@ -99,20 +96,6 @@ def tokenizer_dir() -> Path:
 def offline_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH")}
     return {**env, **OFFLINE_ENV}
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    with open(path, "a+") as fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _log(f"waiting for {path} (another process is building the venv)")
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def _run(cmd: Sequence[str | Path], what: str) -> None:
@@ -166,7 +149,7 @@ def ensure() -> Path:
     if is_ready():
         _log(f"already built: {venv} and {tokenizer_dir()} (stamps {STAMP}); nothing to do")
         return venv
-    with _file_lock(cache_dir() / f"{VENV_NAME}.lock"):
+    with file_lock(cache_dir() / f"{VENV_NAME}.lock"):
         if not venv_ready():
             if venv.exists():
                 _log(f"removing incomplete or outdated {venv}")

