@@ -17,7 +17,7 @@ from llmdiag.collect import (
 )
 from llmdiag.collect.canary import LABEL as CANARY_LABEL
 from llmdiag.collect.http import Connection, redact_url
-from llmdiag.collect.load import LoadPlan, run_level
+from llmdiag.collect.load import LoadPlan, preflight, run_level
 from llmdiag.collect.source import unavailable_source
 from llmdiag.config import Settings
 from llmdiag.engine.capacity import roofline_for_window, roofline_signal
@@ -123,6 +123,7 @@ def run_load(
     A level whose scan fails (metrics unreachable) keeps its client-side numbers and says why in the notes.
     """
     plan.validate(connection.base_url)
+    plan.model = asyncio.run(preflight(connection, plan))
     report = LoadReport(
         tool_version=__version__,
         target=redact_url(connection.base_url),

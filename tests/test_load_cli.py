@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.conftest import run_cli
 from tests.httpserver import Reply, ScriptedServer
-from tests.test_bad_input import vllm_exposition
+from tests.test_bad_input import free_port, vllm_exposition
 
 FAST = ("--duration", "5", "--warmup", "2", "--prompt-tokens", "128", "--output-tokens", "32", "--json")
 
@@ -77,9 +77,17 @@ def test_bad_input_is_one_error_line_with_a_hint():
         (("--prompt-tokens", "lots"), "is not a token count"),
         (("--sweep", "1,x"), "comma-separated"),
         (("--duration", "100000"), "--duration"),
+        ((f"http://127.0.0.1:{free_port()}", "--users", "1", "--duration", "1", "--warmup", "1"), "refused"),
     ]
     for args, words in cases:
         result = run_cli("load", *args, timeout=60)
         assert result.returncode == 2 and "Traceback" not in result.stderr, (args, result.stderr)
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         assert lines[0].startswith("ERROR: ") and words in result.stderr, (args, result.stderr)
+
+
+def test_a_model_the_server_does_not_serve_is_refused_before_any_load():
+    result = run_cli("load", "--model", "no-such-model", "--users", "1", "--json", timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("ERROR: --model 'no-such-model' is not served there (it serves ")
+    assert result.stdout == ""

@@ -136,6 +136,19 @@ class _Scraper(threading.Thread):
             self.error = exc.message
 
 
+async def preflight(connection: Connection, plan: LoadPlan) -> str:
+    """The model the load will use. A server that cannot be asked at all is a clean error before any load, not
+    a level full of failures."""
+    async with OpenAIClient.from_connection(connection, model=plan.model, timeout_seconds=plan.timeout_seconds) as c:
+        served = await c.models()
+    if plan.model is not None and plan.model not in served:
+        raise UsageError(f"--model {plan.model!r} is not served there (it serves {', '.join(served) or 'none'})",
+                         "leave out --model to use the server's first model")  # fmt: skip
+    if not served:
+        raise UsageError(f"{connection.base_url}/v1/models lists no model", "is the model loaded yet?")
+    return plan.model or served[0]
+
+
 async def run_level(connection: Connection, plan: LoadPlan, level: float,
                     telemetry: TelemetryOptions | None) -> LevelRun:  # fmt: skip
     rng = random.Random(plan.seed + int(level * 1000))
