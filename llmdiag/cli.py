@@ -99,6 +99,51 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Also print ev
 MaxBytesOpt = Annotated[
     int, typer.Option("--max-metrics-bytes", help="Refuse metrics pages larger than this.", min=1024)
 ]
+# how to reach a server and its telemetry: the same flags for `scan` and `load`
+MetricsUrlOpt = Annotated[
+    str | None, typer.Option("--metrics-url", help="Where /metrics lives, if not at URL/metrics.")
+]
+HeaderOpt = Annotated[
+    list[str] | None, typer.Option("--header", "-H", help="Extra HTTP header 'Name: value' (repeatable).")
+]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option("--api-key", help="Bearer token (or set LLMDIAG_API_KEY). Never printed.", show_default=False),
+]
+InsecureOpt = Annotated[bool, typer.Option("--insecure", help="Accept self-signed TLS certificates.")]
+DcgmUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dcgm-url",
+        help="dcgm-exporter's page for the server's GPUs (e.g. http://HOST:9400/metrics): GPU telemetry "
+        "for the compute and network rules. Sent no credentials.",
+    ),
+]
+NvmlOpt = Annotated[
+    bool, typer.Option("--nvml/--no-nvml", help="Read this machine's GPUs through NVML when a driver is present.")
+]
+PidOpt = Annotated[
+    list[int] | None,
+    typer.Option("--pid", help="The server's process (repeatable; children included). Default: the process "
+                 "listening on URL's port, when the server runs on this machine."),
+]
+
+
+def connection_from_options(
+    url: str, metrics_url: str | None, header: list[str] | None, api_key: str | None, timeout: float,
+    insecure: bool, max_metrics_bytes: int = DEFAULT_MAX_METRICS_BYTES,
+) -> Connection:  # fmt: skip
+    if timeout <= 0:
+        raise UsageError(f"--timeout must be positive, got {timeout:g}")
+    return Connection(
+        base_url=url,
+        metrics_url=metrics_url,
+        headers=dict(parse_header(h) for h in header or []),
+        api_key=api_key,
+        timeout_seconds=timeout,
+        insecure=insecure,
+        max_metrics_bytes=max_metrics_bytes,
+    )
 
 
 @app.command()
@@ -107,30 +152,13 @@ def scan(
     duration: Annotated[
         float, typer.Option("--duration", "-d", help="Seconds to watch the server (at least 3 scrapes).")
     ] = DEFAULT_DURATION_SECONDS,
-    metrics_url: Annotated[
-        str | None, typer.Option("--metrics-url", help="Where /metrics lives, if not at URL/metrics.")
-    ] = None,
-    header: Annotated[
-        list[str] | None, typer.Option("--header", "-H", help="Extra HTTP header 'Name: value' (repeatable).")
-    ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option("--api-key", help="Bearer token (or set LLMDIAG_API_KEY). Never printed.", show_default=False),
-    ] = None,
+    metrics_url: MetricsUrlOpt = None,
+    header: HeaderOpt = None,
+    api_key: ApiKeyOpt = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each HTTP answer.")] = 5.0,
-    insecure: Annotated[bool, typer.Option("--insecure", help="Accept self-signed TLS certificates.")] = False,
-    dcgm_url: Annotated[
-        str | None,
-        typer.Option(
-            "--dcgm-url",
-            help="dcgm-exporter's page for the server's GPUs (e.g. http://HOST:9400/metrics): GPU telemetry "
-            "for the compute and network rules. Sent no credentials.",
-        ),
-    ] = None,
-    nvml: Annotated[
-        bool,
-        typer.Option("--nvml/--no-nvml", help="Read this machine's GPUs through NVML when a driver is present."),
-    ] = True,
+    insecure: InsecureOpt = False,
+    dcgm_url: DcgmUrlOpt = None,
+    nvml: NvmlOpt = True,
     nvml_replay: Annotated[
         Path | None,
         typer.Option("--nvml-replay", hidden=True,
@@ -141,11 +169,7 @@ def scan(
         typer.Option("--probe/--no-probe", help="Send a few small streaming canary requests through the server's "
                      "API during the window (default: yes, unless --metrics-url says only metrics are reachable)."),
     ] = None,
-    pid: Annotated[
-        list[int] | None,
-        typer.Option("--pid", help="The server's process (repeatable; children included). Default: the process "
-                     "listening on URL's port, when the server runs on this machine."),
-    ] = None,
+    pid: PidOpt = None,
     max_metrics_bytes: MaxBytesOpt = DEFAULT_MAX_METRICS_BYTES,
     gpu: Annotated[
         str | None, typer.Option("--gpu", help="The server's GPU (H100, H200, A100, L4): adds the roofline context.")
@@ -170,18 +194,8 @@ def scan(
         demo(preset=DEFAULT_DEMO_PRESET, duration=duration, output=None, as_json=as_json,
              fail_on=fail_on or FailOn.never, config=config, verbose=verbose)
     try:
-        if timeout <= 0:
-            raise UsageError(f"--timeout must be positive, got {timeout:g}")
+        connection = connection_from_options(url, metrics_url, header, api_key, timeout, insecure, max_metrics_bytes)
         settings = load_settings(config)
-        connection = Connection(
-            base_url=url,
-            metrics_url=metrics_url,
-            headers=dict(parse_header(h) for h in header or []),
-            api_key=api_key,
-            timeout_seconds=timeout,
-            insecure=insecure,
-            max_metrics_bytes=max_metrics_bytes,
-        )
         with scan_progress(connection.base_url, quiet=as_json) as tick:
             verdict = diagnose(
                 connection, duration, settings, on_progress=tick,
@@ -406,14 +420,14 @@ def load(
         bool, typer.Option("--allow-remote", help="Allow a server that is not on this machine.")
     ] = False,
     preset: Annotated[str, typer.Option("--preset", help="Simulator state when no URL is given.")] = "healthy",
-    metrics_url: Annotated[str | None, typer.Option("--metrics-url", help="Where /metrics lives.")] = None,
-    dcgm_url: Annotated[str | None, typer.Option("--dcgm-url", help="dcgm-exporter's page for the GPUs.")] = None,
-    nvml: Annotated[bool, typer.Option("--nvml/--no-nvml", help="Read this machine's GPUs through NVML.")] = True,
-    pid: Annotated[list[int] | None, typer.Option("--pid", help="The server's process (repeatable).")] = None,
-    header: Annotated[list[str] | None, typer.Option("--header", "-H", help="Extra HTTP header.")] = None,
-    api_key: Annotated[str | None, typer.Option("--api-key", help="Bearer token (or LLMDIAG_API_KEY).")] = None,
+    metrics_url: MetricsUrlOpt = None,
+    dcgm_url: DcgmUrlOpt = None,
+    nvml: NvmlOpt = True,
+    pid: PidOpt = None,
+    header: HeaderOpt = None,
+    api_key: ApiKeyOpt = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds without a byte before a request fails.")] = 60.0,
-    insecure: Annotated[bool, typer.Option("--insecure", help="Accept self-signed TLS certificates.")] = False,
+    insecure: InsecureOpt = False,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Also write the report as JSON.")] = None,
     as_json: JsonOpt = False,
     config: ConfigOpt = None,
@@ -457,9 +471,8 @@ def load(
                 report = go(Connection(base_url=sim.url),
                             TelemetryOptions(dcgm_url=sim.dcgm_url, nvml="off", host=False))  # fmt: skip
         else:
-            connection = Connection(base_url=url, metrics_url=metrics_url,
-                                    headers=dict(parse_header(h) for h in header or []), api_key=api_key,
-                                    timeout_seconds=min(timeout, 10.0), insecure=insecure)  # fmt: skip
+            # the scrapes keep scan's short timeout; the load's requests wait up to --timeout for each byte
+            connection = connection_from_options(url, metrics_url, header, api_key, min(timeout, 10.0), insecure)
             report = go(connection, TelemetryOptions(dcgm_url=dcgm_url, nvml="auto" if nvml else "off",
                                                      pids=pid or []))  # fmt: skip
         if output is not None:
