@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -322,14 +323,26 @@ print(json.dumps({"by_port": getattr(by_port, "note", "measured"), "by_pid": get
 """
 
 
+def others_can_read(path: Path) -> bool:
+    """Whether a user with no rights of its own could reach and read ``path`` (o+x on every parent, o+r on it)."""
+    path = path.resolve()
+    if not os.stat(path).st_mode & stat.S_IROTH:
+        return False
+    return all(os.stat(parent).st_mode & stat.S_IXOTH for parent in [path, *path.parents])
+
+
 def test_another_users_process():
     if os.geteuid() != 0:
         pytest.skip("needs root to run the probe as another user")
     python = interpreter_for("nobody")
     if python is None:
         pytest.skip("no Python of this version that user 'nobody' may run")
+    site_packages = sysconfig.get_paths()["purelib"]
+    for needed in (REPO_ROOT, Path(site_packages)):
+        if not others_can_read(needed):
+            # e.g. a checkout under `mktemp -d` (mode 700): 'nobody' could not import llmdiag at all
+            pytest.skip(f"{needed} is not readable by other users, so the probe cannot run as 'nobody'")
     with child(LISTEN_AND_BURN, "self") as (proc, (port, _)):
-        site_packages = sysconfig.get_paths()["purelib"]
         out = subprocess.run(
             [python, "-c", AS_OTHER_USER, site_packages, str(REPO_ROOT), port, str(proc.pid)],
             user="nobody", capture_output=True, text=True, timeout=60, cwd="/tmp", env={},
