@@ -34,8 +34,10 @@ CANARY_SIGNALS = {
     "client_output_tokens": "derived",
     "client_prompt_tokens": "derived",
 }
-# a canary cut off at the window's end has had its prompt counted by the server but sent no usage: allow for one
+# the canary in flight at the window's last scrape: the server has counted its prompt and some of its output, but
+# it may end (or be cancelled) without a result that says so; allow for one of each
 PROMPT_TOKENS_IN_FLIGHT = 2 * CANARY_PROMPT_TOKENS
+OUTPUT_TOKENS_IN_FLIGHT = CANARY_OUTPUT_TOKENS
 
 
 def _histogram(name: str, values: Iterable[float | None], source: str, window_seconds: float) -> Signal:
@@ -131,7 +133,7 @@ class Canary:
         for name, value in (
             ("client_request_errors", len(failed)),
             ("client_requests_sent", len(sent)),
-            ("client_output_tokens", sum(r.output_tokens or 0 for r in sent)),
+            ("client_output_tokens", sum(r.output_tokens or 0 for r in sent) + OUTPUT_TOKENS_IN_FLIGHT),
             ("client_prompt_tokens",
              sum(r.prompt_tokens or CANARY_PROMPT_TOKENS for r in ok) + PROMPT_TOKENS_IN_FLIGHT),
         ):
