@@ -20,8 +20,8 @@ is measured alone (psutil over each process tree; the rest of the machine is rep
    keyed by the client's X-Request-Id); per request, client TTFT (first token read − request sent) against server
    TTFT (first token written − request's bytes read), and the client's gaps between events against the server's gaps
    between writes; p50/p99 of the absolute differences (target p99 ≤ 5 ms). The TTFT difference is split into its
-   two parts: request sent → the simulator reading its bytes (time the server's own stamp cannot see) and first
-   event written → read by the client. Output lengths spread ±50 % so that users do not move in lockstep. Then
+   two parts: request sent → the simulator's stamp of its arrival, and first event written → the client's stamp of
+   its arrival. Both stamp arrivals with the kernel's receive time of the read (llmdiag/collect/rxtime.py). Output lengths spread ±50 % so that users do not move in lockstep. Then
    ``llmdiag load`` itself drives the same 1000 users (completed requests, errors, CPU).
 3. Max ingest, 1000 users, long outputs: (a) the simulator sped up (``--ingest-scales``); it runs out of CPU first
    (its lag column grows); (b) the bench's own "firehose" SSE server, which sends the same events with no engine
@@ -814,13 +814,14 @@ def print_agreement(agreements: list[Agreement]) -> None:
             if summary is None or not summary["requests_compared"]:
                 continue
             ttft, itl = summary["ttft_abs_diff_ms"]["p99"], summary["itl_abs_diff_ms"]["p99"]
-            print(f"target p99 ≤ 5 ms, {name}: TTFT {'met' if ttft <= 5 else 'NOT met'} ({ttft:.1f} ms), "
-                  f"ITL {'met' if itl <= 5 else 'NOT met'} ({itl:.1f} ms)")  # fmt: skip
+            print(f"target p99 ≤ 5 ms, {name}: TTFT {'met' if ttft <= 5 else 'NOT met'} ({ttft:.3f} ms), "
+                  f"ITL {'met' if itl <= 5 else 'NOT met'} ({itl:.3f} ms)")  # fmt: skip
     if agreements:
-        print("sent → server reads it: from the client writing the request to the simulator's event loop reading its "
-              "first bytes, which is where the simulator stamps 'received'; while that loop writes a thousand "
-              "streams the request waits in the socket, and no client can see it. 1st event write → read and every "
-              "event: how late the client stamps what the simulator wrote (one clock, time.monotonic()).")
+        print("sent → server reads it: from the client writing the request to the simulator's stamp of its arrival; "
+              "1st event write → read and every event: from the simulator writing an event to the client's stamp "
+              "of its arrival (one clock, time.monotonic()). Both sides stamp arrivals with the kernel's receive "
+              "time of the read (SO_TIMESTAMPNS, llmdiag/collect/rxtime.py), so neither event loop's lag under a "
+              "thousand streams counts; events that pile up unread share the stamp of the last one.")
 
 
 def print_ingest(points: list[IngestPoint], label: str, knob: str) -> None:

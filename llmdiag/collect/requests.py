@@ -36,8 +36,9 @@ Failures are results, never exceptions: ``complete()`` returns a RequestResult w
 and what was received before the failure is kept (token times, output tokens counted from the events, text size).
 
 Timestamps come from ``time.monotonic()``, which on Linux is one clock for every process of the machine, so they can
-be compared with a server's own (the simulator's ``/sim/timings``). The API key is sent as a bearer token and
-appears in no error, result or repr.
+be compared with a server's own (the simulator's ``/sim/timings``). Arrivals are the kernel's receive stamps of each
+read (``llmdiag.collect.rxtime``): when the bytes reached the machine, not when this process got round to them.
+The API key is sent as a bearer token and appears in no error, result or repr.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from llmdiag.collect.http import Connection, normalise_base_url, redact_url
+from llmdiag.collect.rxtime import StampingSocket
 from llmdiag.errors import ConnectError, HTTPStatusError, ProbeError, ProbeTimeout, UsageError
 
 try:  # not on every platform
@@ -237,6 +239,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._view = memoryview(buffer)
         self._timeout = timeout_seconds
         self.transport: asyncio.Transport | None = None
+        self.rx: StampingSocket | None = None  # the socket, whose reads are stamped with the kernel's arrival time
         self.closed = False
         self.exchanges = 0
         self._state = _IDLE
@@ -295,7 +298,8 @@ class _Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         """``nbytes`` new bytes at the start of the shared buffer; read here and now (the next read reuses it)."""
-        now = _monotonic()  # arrival time, before any parsing
+        rx = self.rx
+        now = rx.arrived_at if rx is not None else _monotonic()  # arrival time: when the kernel got the bytes
         self._last_arrival = now
         self._received += nbytes
         state = self._state
@@ -948,11 +952,7 @@ class OpenAIClient:
         connection = _Connection(loop, self.timeout_seconds, self._read_buffer)
         where = f"{self.host}:{self.port}"
         try:
-            await asyncio.wait_for(
-                loop.create_connection(lambda: connection, self.host, self.port, ssl=self._ssl,
-                                       server_hostname=self.host if self._ssl else None),
-                self.timeout_seconds,
-            )  # fmt: skip
+            await asyncio.wait_for(self._connect(loop, connection), self.timeout_seconds)
         except asyncio.TimeoutError:
             result.ended_at = _monotonic()
             result.error_kind = "timeout"
@@ -964,6 +964,28 @@ class OpenAIClient:
             await asyncio.sleep(0)  # asyncio closes a transport whose TLS handshake failed on the next turn
             return None
         return connection
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop, connection: _Connection) -> None:
+        """Connect ``connection`` on a socket of our own: one whose reads carry the kernel's arrival stamps."""
+        addresses = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        failure: OSError | None = None
+        for family, kind, proto, _name, address in addresses:
+            sock = StampingSocket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                sock.enable_stamps()
+                await loop.sock_connect(sock, address)
+                connection.rx = sock
+                await loop.create_connection(lambda: connection, sock=sock, ssl=self._ssl,
+                                             server_hostname=self.host if self._ssl else None)  # fmt: skip
+                return
+            except OSError as exc:
+                sock.close()
+                failure = exc
+            except BaseException:
+                sock.close()
+                raise
+        raise failure or OSError(f"{self.host} resolves to no address")
 
     async def request_json(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """One small JSON request (GET /v1/models, POST /tokenize): (status, parsed body or None).

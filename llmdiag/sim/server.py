@@ -62,6 +62,8 @@ from typing import Any
 from aiohttp import web
 
 from llmdiag.collect.requests import BackgroundLoad, RequestPlan, RequestResult
+from llmdiag.collect.rxtime import StampingListener, StampingSocket
+from llmdiag.collect.rxtime import listener as rx_listener
 from llmdiag.errors import UsageError
 from llmdiag.sim.engine import AdmissionRejected, Engine, EngineConfig, FinishReason, SimRequest
 from llmdiag.sim.metrics import CONTENT_TYPE, HttpCounts, dcgm_registry, render, vllm_registry
@@ -74,6 +76,7 @@ BUSY_MESSAGE = (
 LAG_TOLERANCE_SECONDS = 0.05
 SHUTDOWN_SECONDS = 2.0
 MAX_TIMED_REQUESTS = 4096  # server-side timings kept, newest first out
+LISTEN_BACKLOG = 4096  # a thousand users connect at once
 VOCABULARY_SIZE = 32_000  # /tokenize's ids: a hash of each word (the engine needs only counts)
 WORDS = ("the", "model", "answers", "with", "plain", "words", "so", "that", "every", "token", "is", "one", "word",
          "and", "nothing", "needs", "escaping", "in", "json")  # fmt: skip
@@ -587,13 +590,23 @@ async def _json_object(request: web.Request) -> dict[str, Any]:
 
 
 class _ArrivalStampingHandler(web.RequestHandler):
-    """aiohttp's connection protocol, stamping when a request's first bytes come off the socket (timings only)."""
+    """aiohttp's connection protocol, stamping when a request's first bytes reached the machine (timings only):
+    the kernel's receive stamp of the read, from the listener's StampingSocket for this connection."""
 
     llmdiag_arrived_at: float | None = None
+    _rx: StampingSocket | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        listener = getattr(self._manager, "llmdiag_listener", None)
+        sock = transport.get_extra_info("socket")
+        if listener is not None and sock is not None:
+            self._rx = listener.accepted.get(sock.fileno())
+        super().connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
         if self.llmdiag_arrived_at is None:
-            self.llmdiag_arrived_at = time.monotonic()
+            rx = self._rx
+            self.llmdiag_arrived_at = rx.arrived_at if rx is not None else time.monotonic()
         super().data_received(data)
 
 
@@ -608,6 +621,8 @@ async def _forget_arrival(request: web.Request, handler: Callable[[web.Request],
 
 
 class _ArrivalStampingServer(web.Server):
+    llmdiag_listener: StampingListener | None = None
+
     def __call__(self) -> web.RequestHandler:
         return _ArrivalStampingHandler(self, loop=self._loop, **self._kwargs)
 
@@ -743,10 +758,15 @@ class SimServer:
         runner = web.AppRunner(app.web_app, access_log=None, handler_cancellation=True,
                                shutdown_timeout=SHUTDOWN_SECONDS)  # fmt: skip
         await runner.setup()
+        listener = None
         if self._timings is not None and isinstance(runner.server, web.Server):
             runner.server.__class__ = _ArrivalStampingServer  # only to hand out the stamping protocol
+            listener = runner.server.llmdiag_listener = rx_listener(self.host, self.port, LISTEN_BACKLOG)
         try:
-            site = web.TCPSite(runner, self.host, self.port, backlog=4096)
+            if listener is not None:
+                site: web.BaseSite = web.SockSite(runner, listener, backlog=LISTEN_BACKLOG)
+            else:
+                site = web.TCPSite(runner, self.host, self.port, backlog=LISTEN_BACKLOG)
             await site.start()
             self.port = runner.addresses[0][1]
             engine_task = asyncio.create_task(app.runner.run(), name="llmdiag-sim-engine")
