@@ -29,7 +29,7 @@ from llmdiag.collect.http import DEFAULT_MAX_METRICS_BYTES, Connection, parse_he
 from llmdiag.config import load_settings
 from llmdiag.engine.loader import find_rule, load_rules
 from llmdiag.errors import LlmdiagError, UsageError
-from llmdiag.model import Severity, Verdict
+from llmdiag.model import LoadReport, Severity, Verdict
 from llmdiag.render.files import write_atomic
 from llmdiag.render.json import render_json
 from llmdiag.render.terminal import render_terminal
@@ -81,11 +81,34 @@ def exit_code(verdict: Verdict, fail_on: FailOn) -> int:
     return EXIT_FINDINGS if worst.rank >= threshold.rank else EXIT_OK
 
 
-def emit(verdict: Verdict, as_json: bool, verbose: bool) -> None:
+def emit(verdict: Verdict, as_json: bool, verbose: bool, markdown: bool = False) -> None:
     if as_json:
         sys.stdout.write(render_json(verdict) + "\n")
+    elif markdown:
+        from llmdiag.render.markdown import render_markdown
+
+        sys.stdout.write(render_markdown(verdict))
     else:
         stdout.print(render_terminal(verdict, verbose=verbose))
+
+
+def check_outputs(as_json: bool, markdown: bool) -> None:
+    """--json and --markdown both replace what is printed: one of them at a time."""
+    if as_json and markdown:
+        raise UsageError("--json and --markdown both print to stdout", "pick one (--html PATH writes a file)")
+
+
+def write_html(path: Path, result: Verdict | LoadReport, quiet: bool = False) -> None:
+    """The self-contained HTML report, written atomically; says where and how big on stderr."""
+    from llmdiag.render.html import render_html
+
+    text = render_html(result)
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        raise LlmdiagError(f"cannot write {path}: {exc.strerror}", "pick another --html path") from None
+    if not quiet:
+        stderr.print(f"[dim]HTML report written to {escape(str(path))} ({len(text.encode()) / 1024:.0f} KB)[/]")
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON (schema_version inside).")]
@@ -96,6 +119,13 @@ ConfigOpt = Annotated[
     Path | None, typer.Option("--config", help="Settings file (default: ./llmdiag.toml when present).")
 ]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Also print every signal.")]
+HtmlOpt = Annotated[
+    Path | None,
+    typer.Option("--html", help="Also write a self-contained HTML report (charts inline, no network) to this file."),
+]
+MarkdownOpt = Annotated[
+    bool, typer.Option("--markdown", help="Print a compact Markdown summary (for an issue or a chat) instead.")
+]
 MaxBytesOpt = Annotated[
     int, typer.Option("--max-metrics-bytes", help="Refuse metrics pages larger than this.", min=1024)
 ]
@@ -187,13 +217,16 @@ def scan(
     ] = None,
     config: ConfigOpt = None,
     verbose: VerboseOpt = False,
+    html: HtmlOpt = None,
+    markdown: MarkdownOpt = False,
 ) -> None:
     """Watch a live server for a window and say what limits it."""
     if url is None:
         stderr.print("[dim]no server given: scanning the built-in demo server (`llmdiag demo --help`)[/]")
         demo(preset=DEFAULT_DEMO_PRESET, duration=duration, output=None, as_json=as_json,
-             fail_on=fail_on or FailOn.never, config=config, verbose=verbose)
+             fail_on=fail_on or FailOn.never, config=config, verbose=verbose, html=html, markdown=markdown)
     try:
+        check_outputs(as_json, markdown)
         connection = connection_from_options(url, metrics_url, header, api_key, timeout, insecure, max_metrics_bytes)
         settings = load_settings(config)
         with scan_progress(connection.base_url, quiet=as_json) as tick:
@@ -210,9 +243,11 @@ def scan(
                 canary=probe if probe is not None else metrics_url is None,
                 canary_off_reason="--no-probe" if probe is False else "--metrics-url given: pass --probe to send them",
             )
+        if html is not None:
+            write_html(html, verdict, quiet=as_json or markdown)
     except LlmdiagError as error:
         fail(error)
-    emit(verdict, as_json, verbose)
+    emit(verdict, as_json, verbose, markdown)
     raise typer.Exit(exit_code(verdict, fail_on or FailOn.critical))
 
 
@@ -298,9 +333,12 @@ def demo(
     fail_on: FailOnOpt = FailOn.never,
     config: ConfigOpt = None,
     verbose: VerboseOpt = False,
+    html: HtmlOpt = None,
+    markdown: MarkdownOpt = False,
 ) -> None:
     """Start the built-in simulated vLLM in a known state, load it, scan it and print the verdict."""
     try:
+        check_outputs(as_json, markdown)
         settings = load_settings(config)
         with scan_progress(f"the simulated server ({preset})", quiet=as_json) as tick:
             verdict = run_demo(
@@ -309,11 +347,13 @@ def demo(
             )
         if output is not None:
             write_atomic(output, render_json(verdict) + "\n")
+        if html is not None:
+            write_html(html, verdict, quiet=as_json)
     except LlmdiagError as error:
         fail(error)
     except OSError as exc:
         fail(LlmdiagError(f"cannot write {output}: {exc.strerror}", "pick another --output path"))
-    emit(verdict, as_json, verbose)
+    emit(verdict, as_json, verbose, markdown)
     if output is not None and not as_json:
         stderr.print(f"[dim]verdict written to {escape(str(output))}[/]")
     raise typer.Exit(exit_code(verdict, fail_on))
@@ -369,14 +409,19 @@ def analyze(
     fail_on: FailOnOpt = FailOn.critical,
     config: ConfigOpt = None,
     verbose: VerboseOpt = False,
+    html: HtmlOpt = None,
+    markdown: MarkdownOpt = False,
 ) -> None:
     """Diagnose from saved /metrics dumps (bug reports, past incidents)."""
     try:
+        check_outputs(as_json, markdown)
         settings = load_settings(config)
         verdict = diagnose_files(files, settings, max_bytes=max_metrics_bytes)
+        if html is not None:
+            write_html(html, verdict, quiet=as_json or markdown)
     except LlmdiagError as error:
         fail(error)
-    emit(verdict, as_json, verbose)
+    emit(verdict, as_json, verbose, markdown)
     raise typer.Exit(exit_code(verdict, fail_on))
 
 
@@ -431,6 +476,8 @@ def load(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Also write the report as JSON.")] = None,
     as_json: JsonOpt = False,
     config: ConfigOpt = None,
+    html: HtmlOpt = None,
+    markdown: MarkdownOpt = False,
 ) -> None:
     """Drive a bounded load (closed-loop users or open-loop arrivals), level by level, and diagnose each level."""
     from llmdiag.api import run_load
@@ -438,6 +485,7 @@ def load(
     from llmdiag.render.load import render_load
 
     try:
+        check_outputs(as_json, markdown)
         if (users or sweep) and rate:
             raise UsageError("give users (--users/--sweep) or --rate, not both")
         closed = rate is None
@@ -477,14 +525,45 @@ def load(
                                                      pids=pid or []))  # fmt: skip
         if output is not None:
             write_atomic(output, report.model_dump_json(indent=2) + "\n")
+        if html is not None:
+            write_html(html, report, quiet=as_json or markdown)
     except LlmdiagError as error:
         fail(error)
     except OSError as exc:
         fail(LlmdiagError(f"cannot write {output}: {exc.strerror}", "pick another --output path"))
     if as_json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    elif markdown:
+        from llmdiag.render.markdown import render_markdown
+
+        sys.stdout.write(render_markdown(report))
     else:
         stdout.print(render_load(report))
+    raise typer.Exit(EXIT_OK)
+
+
+@app.command()
+def report(
+    result: Annotated[Path, typer.Argument(help="A saved result: scan/analyze --json, demo -o, or load -o/--json.")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the self-contained HTML report to this file.")
+    ] = None,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the Markdown summary to stdout.")] = False,
+) -> None:
+    """Turn a saved result (a verdict or a load report, as JSON) into an HTML report or Markdown."""
+    from llmdiag.render.markdown import render_markdown
+    from llmdiag.results import load_result
+
+    try:
+        if output is None and not markdown:
+            raise UsageError("nothing to write", f"llmdiag report {result} -o report.html (or --markdown)")
+        loaded = load_result(result)
+        if output is not None:
+            write_html(output, loaded)
+    except LlmdiagError as error:
+        fail(error)
+    if markdown:
+        sys.stdout.write(render_markdown(loaded))
     raise typer.Exit(EXIT_OK)
 
 

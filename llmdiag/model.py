@@ -73,8 +73,12 @@ class Signal(BaseModel):
     source: str = ""
     verify: str = ""
     window_seconds: float | None = None
-    # per-scrape points (unix time, value) for gauges, kept for charts and the JSON record
+    # per-scrape points (unix time, value) kept for charts and the JSON record: a gauge's value at each scrape;
+    # a counter's rate over the interval that ends at that scrape (in ``unit``)
     samples: list[tuple[float, float]] = Field(default_factory=list)
+    # histograms: the window's bucket deltas as (upper bound, cumulative count), finite bounds only; the
+    # observations above the last bound are ``stats["count"]`` minus the last count
+    buckets: list[tuple[float, float]] = Field(default_factory=list)
     # per-label-set breakdown, e.g. per engine, for imbalance checks
     by_series: dict[str, float] = Field(default_factory=dict)
 

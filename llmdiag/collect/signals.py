@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 from llmdiag.collect.prometheus import (
     LabelKey,
@@ -10,6 +11,7 @@ from llmdiag.collect.prometheus import (
     counter_increase,
     gauge_window,
     histogram_window,
+    select,
 )
 from llmdiag.engine.schema import ProbeSpec, SignalSpec
 from llmdiag.model import Signal, SignalSet, SourceInfo, Window
@@ -190,8 +192,22 @@ class SignalBuilder:
         return Signal(
             **common,
             stats={"rate": cw.increase / self.duration, "increase": cw.increase},
+            samples=self._counter_rates(spec, wire),
             by_series=per_series,
         )
+
+    def _counter_rates(self, spec: SignalSpec, wire: str) -> list[tuple[float, float]]:
+        """The rate over each interval between real scrapes, stamped at the interval's end (for charts)."""
+        scrapes = self.real if not spec.per_gpu else [_one_per_gpu(s, wire) for s in self.real]
+        rates: list[tuple[float, float]] = []
+        for before, after in pairwise(scrapes):
+            if before.at_unix is None or after.at_unix is None or after.at_unix <= before.at_unix:
+                continue
+            if not select(after, wire, spec.match):
+                continue
+            increase = counter_increase([before, after], wire, spec.match).increase
+            rates.append((after.at_unix, increase / (after.at_unix - before.at_unix)))
+        return rates
 
     def _histogram(self, spec: SignalSpec, wire: str, common: dict) -> Signal:
         hw = histogram_window(self.window_scrapes, wire, spec.match)
@@ -215,7 +231,8 @@ class SignalBuilder:
                 f"{wire}: {overflow:.0f} of {hw.count:.0f} observations exceed the largest bucket "
                 f"({finite[-1]:g}); quantiles there are lower bounds"
             )
-        return Signal(**common, stats=stats)
+        buckets = [(le, cumulative) for le, cumulative in hw.buckets if not math.isinf(le)]
+        return Signal(**common, stats=stats, buckets=buckets)
 
     def _info(self, spec: SignalSpec, wire: str, common: dict) -> Signal:
         for scrape in reversed(self.real):
