@@ -279,3 +279,21 @@ def test_report_refuses_what_is_not_a_result(tmp_path, content, words):
 def test_json_and_markdown_together_is_a_usage_error(tmp_path):
     error, _ = assert_clean_error(run_cli("analyze", str(tmp_path / "x.prom"), "--json", "--markdown"))
     assert "--markdown" in error
+
+
+# ---------------------------------------------------------------------------------------------
+# the committed example
+
+
+def test_the_committed_example_is_current():
+    """reports/examples/ is what the README's command makes: regenerate it when the template changes."""
+    from llmdiag.render.markdown import render_markdown
+    from llmdiag.results import load_result
+    from tests.conftest import REPO_ROOT
+
+    examples = REPO_ROOT / "reports" / "examples"
+    verdict = load_result(examples / "memory.json")
+    assert isinstance(verdict, Verdict) and verdict.bottleneck.value == "memory"
+    hint = "regenerate reports/examples with the commands in the README section 'Reports'"
+    assert (examples / "memory.html").read_text() == render_html(verdict), hint
+    assert (examples / "memory.md").read_text() == render_markdown(verdict), hint

@@ -19,9 +19,7 @@ from llmdiag.render.docs import DOC_SECTIONS, render_rule_index, render_rule_mar
 from tests.conftest import REPO_ROOT
 
 COLLECTOR_SIGNALS = {"counter_resets", "implausible_samples"}
-# probes/ also holds data tables that are not probe specs, each read by its own model and loader
-NOT_PROBE_SPECS = {"links"}  # links.toml: llmdiag/engine/links.py
-PROBES = sorted(p.stem for p in (REPO_ROOT / "probes").glob("*.toml") if p.stem not in NOT_PROBE_SPECS)
+PROBES = sorted(p.stem for p in (REPO_ROOT / "probes").glob("*.toml"))
 
 
 @pytest.mark.parametrize("folder", ["probes", "rules", "reports"])
@@ -107,6 +105,8 @@ def test_wheel_ships_the_catalogue(tmp_path: Path):
     assert "llmdiag/probes/vllm.toml" in names
     assert "llmdiag/rules/memory/MEM001-kv-cache-saturated.toml" in names
     assert "llmdiag/py.typed" in names
+    assert "llmdiag/reports/report.html.j2" in names and "llmdiag/reports/vendor/uplot/uPlot.iife.min.js" in names
+    assert not any(n.startswith("llmdiag/reports/examples/") for n in names)
     code_packages = {p.parent.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "llmdiag").rglob("__init__.py")}
     for package in code_packages:
         assert f"{package}/__init__.py" in names, f"{package} is not in the wheel: list it in pyproject.toml"
