@@ -19,7 +19,9 @@ from llmdiag.render.docs import DOC_SECTIONS, render_rule_index, render_rule_mar
 from tests.conftest import REPO_ROOT
 
 COLLECTOR_SIGNALS = {"counter_resets", "implausible_samples"}
-PROBES = sorted(p.stem for p in (REPO_ROOT / "probes").glob("*.toml"))
+# probes/ also holds data tables that are not probe specs, each read by its own model and loader
+NOT_PROBE_SPECS = {"links"}  # links.toml: llmdiag/engine/links.py
+PROBES = sorted(p.stem for p in (REPO_ROOT / "probes").glob("*.toml") if p.stem not in NOT_PROBE_SPECS)
 
 
 @pytest.mark.parametrize("folder", ["probes", "rules", "reports"])
