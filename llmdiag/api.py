@@ -20,6 +20,7 @@ from llmdiag.collect.http import Connection, redact_url
 from llmdiag.collect.load import LoadPlan, preflight, run_level
 from llmdiag.collect.source import unavailable_source
 from llmdiag.config import Settings
+from llmdiag.engine.baseline import Baseline, add_baseline_signals
 from llmdiag.engine.capacity import roofline_for_window, roofline_signal
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.evaluate import build_verdict
@@ -37,16 +38,20 @@ def diagnose(
     deployment: Deployment | None = None,
     canary: bool = False,
     canary_off_reason: str = "",
+    baseline: Baseline | None = None,
 ) -> Verdict:
     """Scan a live server and its telemetry (NVML, a DCGM exporter page, the host) over a window and judge it.
 
     With the ``deployment`` (GPU, model, TP) known, the verdict also places the measured decode rate under the
-    physics ceiling, which tells a compute verdict whether math or HBM bandwidth is the wall.
+    physics ceiling, which tells a compute verdict whether math or HBM bandwidth is the wall. With a ``baseline``
+    (medians of the target's past checks, from `llmdiag check`'s history), the regression rules compare against it.
     """
     signals = collect_live(connection, duration_seconds, on_progress=on_progress, telemetry=telemetry, canary=canary)
     if not canary and canary_off_reason:
         note = f"{CANARY_LABEL}: not sent ({canary_off_reason})"
         signals.sources.append(unavailable_source("canary", CANARY_LABEL, note))
+    if baseline is not None:
+        add_baseline_signals(signals, baseline)
     roofline = None
     if deployment is not None:
         add_derived(signals)  # the roofline reads the window's batch; the rules may then cite the roofline

@@ -1,7 +1,8 @@
 """The command line: a thin typer shell over ``llmdiag.api``. The only module that prints.
 
 Exit codes (scan, analyze): 0 nothing at or above --fail-on; 1 something is; 2 usage, configuration
-or probe error (including "could not probe anything").
+or probe error (including "could not probe anything"). `check` follows the Nagios plugin conventions
+instead: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad arguments and unreachable targets included).
 """
 
 from __future__ import annotations
@@ -646,6 +647,232 @@ def capacity(
         stdout.print(render_capacity(report))
 
 
+# ---------------------------------------------------------------------------------------------
+# llmdiag check: Nagios plugin conventions (exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN), textfile, history
+
+EXIT_NAGIOS_UNKNOWN = 3
+
+
+def check_unknown(message: str, hint: str) -> NoReturn:
+    """A check that could not run: the status line on stdout (what Nagios reads), ERROR and HINT on stderr."""
+    from llmdiag.render.nagios import clean
+
+    sys.stdout.write(f"LLMDIAG UNKNOWN - {clean(message)}\n")
+    print_error(message, hint)
+    raise typer.Exit(EXIT_NAGIOS_UNKNOWN)
+
+
+def _url_targets(urls: list[str]):
+    """Command-line URLs as targets named host:port (the history's key)."""
+    from urllib.parse import urlsplit
+
+    from llmdiag.collect.http import redact_url
+    from llmdiag.config import Target
+
+    targets, seen = [], set()
+    for url in urls:
+        name = urlsplit(redact_url(url)).netloc or redact_url(url)
+        base, n = name, 2
+        while name in seen:
+            name, n = f"{base}#{n}", n + 1
+        seen.add(name)
+        targets.append(Target.model_construct(name=name, url=url))  # any URL; secrets stay in the connection
+    return targets
+
+
+@app.command()
+def check(
+    urls: Annotated[
+        list[str] | None, typer.Argument(help="Servers' base URLs. None: the [[targets]] of llmdiag.toml.")
+    ] = None,
+    target: Annotated[
+        list[str] | None, typer.Option("--target", "-t", help="Only this target of the config (repeatable).")
+    ] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option("--duration", "-d", help="Seconds to watch each target (default: [check] window_seconds, 10).",
+                     min=1.0),
+    ] = None,
+    metrics_url: MetricsUrlOpt = None,
+    header: HeaderOpt = None,
+    api_key: ApiKeyOpt = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each HTTP answer.")] = 5.0,
+    insecure: InsecureOpt = False,
+    dcgm_url: DcgmUrlOpt = None,
+    nvml: NvmlOpt = True,
+    probe: Annotated[
+        bool | None,
+        typer.Option("--probe/--no-probe", help="Send a few small canary requests during the window (default: yes, "
+                     "unless --metrics-url is given)."),
+    ] = None,
+    textfile: Annotated[
+        Path | None,
+        typer.Option("--textfile", help="Write DIR/llmdiag.prom atomically for node_exporter's textfile collector."),
+    ] = None,
+    pushgateway: Annotated[
+        str | None, typer.Option("--pushgateway", help="Also push the metrics to this Prometheus Pushgateway.")
+    ] = None,
+    history: Annotated[
+        Path | None,
+        typer.Option("--history", help="The SQLite history (default: [check] history, or "
+                     "$XDG_STATE_HOME/llmdiag/history.sqlite)."),
+    ] = None,
+    no_history: Annotated[
+        bool, typer.Option("--no-history", help="Neither read a baseline nor record this check.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the check report as JSON instead.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Health check for cron and monitoring, Nagios style: one status line with perfdata, exit 0/1/2/3."""
+    import socket
+
+    from llmdiag.check import CheckReport, State, run_check
+    from llmdiag.history import History, default_history_path
+    from llmdiag.render.nagios import render_nagios
+    from llmdiag.render.textfile import push, write_textfile
+
+    try:
+        settings = load_settings(config)
+        connections: dict[str, Connection] = {}
+        if urls:
+            if target:
+                raise UsageError("--target names a config target; with URLs on the command line it has no meaning",
+                                 "give URLs, or --target NAME for the [[targets]] of llmdiag.toml")  # fmt: skip
+            if len(urls) > 1 and (metrics_url or dcgm_url):
+                raise UsageError("--metrics-url and --dcgm-url belong to one server, and several URLs were given",
+                                 "name each server in llmdiag.toml's [[targets]] with its own metrics_url and dcgm_url")
+            targets = _url_targets(urls)
+            for t in targets:
+                connections[t.name] = connection_from_options(t.url, metrics_url, header, api_key, timeout, insecure)
+                t.dcgm_url, t.nvml, t.probe, t.metrics_url = dcgm_url, nvml, probe, metrics_url
+        else:
+            if not settings.targets:
+                raise UsageError("no target: give a URL, or name targets in llmdiag.toml",
+                                 "llmdiag check http://HOST:8000, or [[targets]] name = … url = … in llmdiag.toml")
+            known = {t.name: t for t in settings.targets}
+            unknown = [name for name in target or [] if name not in known]
+            if unknown:
+                raise UsageError(f"no target '{unknown[0]}' in the config", f"known: {', '.join(known)}")
+            targets = [known[name] for name in target] if target else list(settings.targets)
+        textfile = textfile or settings.check.textfile
+        if textfile is not None and not textfile.is_dir():
+            raise UsageError(f"--textfile {textfile}: not a folder",
+                             "give node_exporter's --collector.textfile.directory, e.g. "
+                             "/var/lib/node_exporter/textfile_collector")  # fmt: skip
+        store = None
+        if not no_history:
+            store = History.open(history or settings.check.history or default_history_path())
+        report: CheckReport = run_check(targets, settings, duration or settings.check.window_seconds, store,
+                                        connections=connections)  # fmt: skip
+    except LlmdiagError as error:
+        check_unknown(error.message, error.hint)
+    if textfile is not None:
+        try:
+            write_textfile(report, textfile)
+        except OSError as exc:
+            report.output_errors.append(f"textfile not written to {textfile}: {exc.strerror or exc}")
+    gateway = pushgateway or settings.check.pushgateway
+    if gateway:
+        try:
+            push(report, gateway, instance=socket.gethostname())
+        except OSError as exc:
+            from llmdiag.collect.http import redact_url
+
+            report.output_errors.append(f"push to {redact_url(gateway)} failed: {exc}")
+    if report.output_errors:
+        report.state = max((report.state, State.UNKNOWN), key=lambda s: s.rank)
+    if as_json:
+        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    else:
+        sys.stdout.write(render_nagios(report, settings))
+    raise typer.Exit(int(report.state))
+
+
+def parse_since(text: str) -> float:
+    """'7d', '12h', '30m', '90s', '2w' → seconds."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if not match:
+        raise UsageError(f"--since {text!r} is not a duration", "e.g. 30m, 12h, 7d, 2w")
+    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[match.group(2)]
+
+
+@app.command("history")
+def history_cmd(
+    target: Annotated[str | None, typer.Option("--target", "-t", help="Only this target.")] = None,
+    since: Annotated[str, typer.Option("--since", help="How far back: 30m, 12h, 7d, 2w.")] = "7d",
+    limit: Annotated[int, typer.Option("--limit", help="At most this many rows per target (newest).", min=1)] = 20,
+    history: Annotated[Path | None, typer.Option("--history", help="The SQLite history (as for check).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """The trend of past `llmdiag check` runs: per target, its states, class, TTFT/TPOT p95 and throughput."""
+    import dataclasses
+    import json
+
+    from llmdiag.history import History, default_history_path
+    from llmdiag.render.history import render_history
+
+    try:
+        settings = load_settings(config)
+        path = history or settings.check.history or default_history_path()
+        if not path.is_file():
+            raise UsageError(f"no history at {path}", "run `llmdiag check` first, or give --history PATH")
+        window = parse_since(since)
+        rows = History.open(path).rows(target, time.time() - window)
+    except LlmdiagError as error:
+        fail(error)
+    if as_json:
+        sys.stdout.write(json.dumps([dataclasses.asdict(r) for r in rows], indent=2) + "\n")
+    else:
+        stdout.print(render_history(rows, since, limit, str(path)))
+    raise typer.Exit(EXIT_OK)
+
+
+@app.command("nccl-bench")
+def nccl_bench_cmd(
+    nproc_per_node: Annotated[
+        int | None, typer.Option("--nproc-per-node", help="Ranks on this host (default: one per GPU, else 2 on CPU).")
+    ] = None,
+    sizes: Annotated[str, typer.Option("--sizes", help="LOW:HIGH in powers of two (1K:1G), or a comma list.")] = (
+        "1K:1G"
+    ),
+    ops: Annotated[
+        str, typer.Option("--ops", help="Comma list of all_reduce, all_gather, reduce_scatter, all_to_all.")
+    ] = "all_reduce,all_gather,reduce_scatter,all_to_all",
+    iters: Annotated[int, typer.Option("--iters", help="Timed collectives per trial.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed collectives before each size.")] = 5,
+    trials: Annotated[int, typer.Option("--trials", help="Timed batches per size; the median is kept.")] = 3,
+    max_size: Annotated[
+        str | None, typer.Option("--max-size", help="Cap on the message size (default: memory; 64M with gloo).")
+    ] = None,
+    link: Annotated[
+        str | None, typer.Option("--link", help="Link class to compare with (nvlink4, pcie5x16, ib-ndr …).")
+    ] = None,
+    json_out: Annotated[str | None, typer.Option("--json", help="Write the report as JSON here ('-': stdout).")] = None,
+    fail_on: FailOnOpt = FailOn.critical,
+    timeout: Annotated[float, typer.Option("--timeout", help="Give up after this many seconds.")] = 3600.0,
+) -> None:
+    """Collective bandwidth (nccl-tests' algbw/busbw) under torchrun, against the link's expected busbw."""
+    from llmdiag.nccl_launch import run_bench
+
+    bench_args = ["--sizes", sizes, "--ops", ops, "--iters", str(iters), "--warmup", str(warmup)]
+    bench_args += ["--trials", str(trials)]
+    bench_args += ["--max-size", max_size] if max_size else []
+    bench_args += ["--link", link] if link else []
+    bench_args += ["--json", json_out] if json_out else []
+    try:
+        result = run_bench(nproc_per_node, bench_args, timeout_seconds=timeout)
+    except LlmdiagError as error:
+        fail(error)
+    sys.stdout.write(result.stdout if result.stdout.endswith("\n") else result.stdout + "\n")
+    findings = [] if result.report is None else result.report.get("findings", [])
+    worst = max((Severity(f["severity"]).rank for f in findings), default=None)
+    failing = fail_on is not FailOn.never and worst is not None and worst >= Severity(fail_on.value).rank
+    raise typer.Exit(EXIT_FINDINGS if failing else EXIT_OK)
+
+
 @rules_app.command("list")
 def rules_list() -> None:
     """Every rule: code, class, status and what it catches."""
@@ -716,8 +943,14 @@ def main() -> None:
             code = EXIT_OK
         else:
             command = ctx.command_path if ctx is not None else "llmdiag"
-            print_error(exc.format_message(), f"run `{command} --help` for the options")
-            code = EXIT_ERROR
+            hint = f"run `{command} --help` for the options"
+            if ctx is not None and ctx.info_name == "check":  # a Nagios plugin's bad arguments are UNKNOWN
+                sys.stdout.write(f"LLMDIAG UNKNOWN - {' '.join(exc.format_message().split())}\n")
+                print_error(exc.format_message(), hint)
+                code = EXIT_NAGIOS_UNKNOWN
+            else:
+                print_error(exc.format_message(), hint)
+                code = EXIT_ERROR
     except (KeyboardInterrupt, typer.Abort):
         stderr.print("interrupted")
         code = 130

@@ -1,10 +1,12 @@
-"""Every error llmdiag raises on purpose. The CLI turns each into one ERROR line, one HINT line and exit 2.
+"""Every error llmdiag raises on purpose. The CLI turns each into one ERROR line, one HINT line and exit 2
+(`llmdiag check`: exit 3, UNKNOWN, as the Nagios conventions want).
 
     LlmdiagError
     ├── UsageError                 bad command-line input
     ├── ConfigError                llmdiag.toml is wrong
     │   └── RuleSpecError          a rule or probe file is wrong (path, field, reason)
     ├── InputFileError             a file to analyze is missing or unreadable
+    ├── HistoryError               the check history (SQLite) cannot be opened or written
     └── ProbeError                 a source could not be read
         ├── ConnectError           refused, DNS failure, TLS failure
         ├── ProbeTimeout           no answer in --timeout
@@ -48,6 +50,10 @@ class RuleSpecError(ConfigError):
 
 class InputFileError(LlmdiagError):
     hint = "check the path; save a dump with `curl -s http://HOST:PORT/metrics > metrics.prom`"
+
+
+class HistoryError(LlmdiagError):
+    hint = "check the --history path and its folder's permissions, or pass --no-history"
 
 
 class ProbeError(LlmdiagError):

@@ -28,13 +28,15 @@ class Bottleneck(str, Enum):
 
 
 class Category(str, Enum):
-    """What a rule judges. The first four are bottleneck classes; sanity findings only lower confidence."""
+    """What a rule judges. The first four are bottleneck classes; sanity findings only lower confidence;
+    regression findings (a check against its own history) say what got worse, never what limits the server."""
 
     memory = "memory"
     compute = "compute"
     scheduling = "scheduling"
     network = "network"
     sanity = "sanity"
+    regression = "regression"
 
 
 BOTTLENECK_CATEGORIES = (Category.memory, Category.compute, Category.scheduling, Category.network)
@@ -62,7 +64,7 @@ class Signal(BaseModel):
     """One measured quantity over the window.
 
     ``stats`` holds what the kind allows: gauges ``last/mean/min/max``; counters ``rate/increase``;
-    histograms ``p50/p90/p99/mean/count/sum``; derived signals ``value``.
+    histograms ``p50/p90/p95/p99/mean/count/sum``; derived signals ``value``.
     """
 
     name: str
@@ -174,6 +176,9 @@ class Experience(BaseModel):
     ttft_p90_seconds: float | None = None
     itl_p50_seconds: float | None = None
     itl_p90_seconds: float | None = None
+    # the tail that `llmdiag check` keeps in its history and compares against its baseline
+    ttft_p95_seconds: float | None = None
+    tpot_p95_seconds: float | None = None
     per_user_tokens_per_second: float | None = None
     per_user_tokens_per_second_incl_waiting: float | None = None
     requests_running_mean: float | None = None

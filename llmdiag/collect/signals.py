@@ -218,7 +218,7 @@ class SignalBuilder:
         if hw.count <= 0:
             return Signal(**common, stats={"count": 0.0}, unavailable="no observations in the window")
         stats = {"count": hw.count, "sum": hw.total}
-        for q, key in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
+        for q, key in ((0.5, "p50"), (0.9, "p90"), (0.95, "p95"), (0.99, "p99")):
             value = hw.quantile(q)
             if value is not None:
                 stats[key] = value

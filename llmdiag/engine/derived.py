@@ -546,6 +546,63 @@ def roofline_fraction(signals: SignalSet) -> float:
     raise Missing("the deployment is unknown: pass --gpu and --model-shape to place the decode rate under its ceiling")
 
 
+# ---------------------------------------------------------------------------------------------
+# against the target's own past: `llmdiag check` supplies the baseline_* signals (medians of its history,
+# llmdiag.engine.baseline); a scan has none, so the regression rules are skipped with this reason
+
+NO_BASELINE = "no baseline: only `llmdiag check` compares a window with the median of the target's past checks"
+
+
+def _vs_baseline(signals: SignalSet, current: str, stat: str, baseline: str) -> float:
+    if signals.get(baseline) is None:
+        raise Missing(NO_BASELINE)
+    base = need(signals, baseline, "value")
+    if base <= 0:
+        raise Missing(f"{baseline} is zero: nothing to compare against")
+    return need(signals, current, stat) / base
+
+
+@derived(
+    "ttft_p95_vs_baseline_ratio",
+    "ratio",
+    "Time to first token p95 in this window over its median in the target's past checks (1: as usual).",
+    formula="ttft_seconds.p95 / baseline_ttft_p95_seconds",
+)
+def ttft_p95_vs_baseline(signals: SignalSet) -> float:
+    return _vs_baseline(signals, "ttft_seconds", "p95", "baseline_ttft_p95_seconds")
+
+
+@derived(
+    "tpot_p95_vs_baseline_ratio",
+    "ratio",
+    "Time per output token p95 in this window over its median in the target's past checks (1: as usual).",
+    formula="tpot_seconds.p95 / baseline_tpot_p95_seconds",
+)
+def tpot_p95_vs_baseline(signals: SignalSet) -> float:
+    return _vs_baseline(signals, "tpot_seconds", "p95", "baseline_tpot_p95_seconds")
+
+
+@derived(
+    "generation_throughput_vs_baseline_ratio",
+    "ratio",
+    "Output tokens per second in this window over the median of the target's past checks (1: as usual).",
+    formula="rate(generation_tokens) / baseline_generation_tokens_per_second",
+)
+def generation_throughput_vs_baseline(signals: SignalSet) -> float:
+    return _vs_baseline(signals, "generation_tokens_per_second", "rate", "baseline_generation_tokens_per_second")
+
+
+@derived(
+    "requests_running_vs_baseline_ratio",
+    "ratio",
+    "Mean running requests in this window over the median of the target's past checks: below 1 the server had "
+    "less to do than usual, so less throughput is less demand, not a regression.",
+    formula="requests_running_avg / baseline_requests_running_avg",
+)
+def requests_running_vs_baseline(signals: SignalSet) -> float:
+    return _vs_baseline(signals, "requests_running_avg", "value", "baseline_requests_running_avg")
+
+
 def add_derived(signals: SignalSet) -> None:
     """Compute every registered derived signal into the set, unavailable ones with their reason.
 

@@ -186,6 +186,8 @@ def _experience(signals: SignalSet) -> Experience:
         ttft_p90_seconds=val("ttft_seconds", "p90"),
         itl_p50_seconds=val("itl_seconds", "p50"),
         itl_p90_seconds=val("itl_seconds", "p90"),
+        ttft_p95_seconds=val("ttft_seconds", "p95"),
+        tpot_p95_seconds=val("tpot_seconds", "p95"),
         per_user_tokens_per_second=val("per_user_tokens_per_second", "value"),
         per_user_tokens_per_second_incl_waiting=val("per_user_tokens_per_second_incl_waiting", "value"),
         requests_running_mean=val("requests_running_avg", "value"),

@@ -12,7 +12,7 @@ from llmdiag.model import Category
 STAT_NAMES = {
     "gauge": {"last", "mean", "min", "max", "p90"},
     "counter": {"rate", "increase"},
-    "histogram": {"p50", "p90", "p99", "mean", "count", "sum"},
+    "histogram": {"p50", "p90", "p95", "p99", "mean", "count", "sum"},
     "info": {"value"},
     "derived": {"value"},
 }
@@ -93,9 +93,11 @@ class ProbeSpec(_Strict):
 # ---------------------------------------------------------------------------------------------
 # rules
 
-CODE_RE = re.compile(r"^(MEM|CMP|SCH|NET|SAN)\d{3}$")
+CODE_RE = re.compile(r"^(MEM|CMP|SCH|NET|SAN|REG)\d{3}$")
 SLUG_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-CODE_PREFIX = {"MEM": "memory", "CMP": "compute", "SCH": "scheduling", "NET": "network", "SAN": "sanity"}
+CODE_PREFIX = {
+    "MEM": "memory", "CMP": "compute", "SCH": "scheduling", "NET": "network", "SAN": "sanity", "REG": "regression",
+}  # fmt: skip
 
 
 class SignalRef(_Strict):
@@ -165,7 +167,7 @@ class RuleSpec(_Strict):
     @classmethod
     def _code(cls, code: str) -> str:
         if not CODE_RE.match(code):
-            raise ValueError("must be MEM, CMP, SCH, NET or SAN followed by three digits")
+            raise ValueError("must be MEM, CMP, SCH, NET, SAN or REG followed by three digits")
         return code
 
     @field_validator("slug")

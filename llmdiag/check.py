@@ -1,0 +1,212 @@
+"""`llmdiag check`: diagnose each target over a short window and turn the verdicts into Nagios states.
+
+States follow the Nagios plugin conventions: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN. For one target:
+
+- a critical finding → CRITICAL; a warning finding → WARNING (sanity findings, which are about the numbers
+  rather than the server, count at most as WARNING); muted rules produce no finding and never count;
+- no finding and a ``healthy`` or ``idle`` verdict → OK; an ``unknown`` verdict (too little evidence) → UNKNOWN;
+- a target that could not be diagnosed at all (unreachable, refused, not a metrics page) → UNKNOWN.
+
+Several targets give the worst state, ranked CRITICAL > WARNING > UNKNOWN > OK (the usual order of Nagios
+aggregating checks: a real problem somewhere outranks "could not look" elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from enum import IntEnum
+
+from pydantic import BaseModel, Field
+
+from llmdiag import __version__
+from llmdiag.api import diagnose
+from llmdiag.collect import TelemetryOptions
+from llmdiag.collect.http import API_KEY_ENV, Connection, redact_url
+from llmdiag.config import Settings, Target
+from llmdiag.errors import ConfigError, LlmdiagError
+from llmdiag.history import CheckRow, History
+from llmdiag.model import Bottleneck, Category, Severity, Verdict
+
+
+class State(IntEnum):
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
+    UNKNOWN = 3
+
+    @property
+    def rank(self) -> int:
+        """Worse is higher: CRITICAL > WARNING > UNKNOWN > OK."""
+        return {State.OK: 0, State.UNKNOWN: 1, State.WARNING: 2, State.CRITICAL: 3}[self]
+
+
+def worst(states: list[State]) -> State:
+    return max(states, key=lambda s: s.rank) if states else State.UNKNOWN
+
+
+def state_of(verdict: Verdict) -> State:
+    counted = [
+        Severity.warning if f.category is Category.sanity else f.severity for f in verdict.findings
+    ]  # fmt: skip
+    if Severity.critical in counted:
+        return State.CRITICAL
+    if Severity.warning in counted:
+        return State.WARNING
+    if verdict.bottleneck is Bottleneck.unknown:
+        return State.UNKNOWN
+    return State.OK
+
+
+class TargetResult(BaseModel):
+    name: str
+    url: str  # credentials removed
+    state: State
+    verdict: Verdict | None = None
+    error: str | None = None
+    hint: str = ""
+    baseline: str = ""  # what the regression rules compared against, or why nothing
+    muted: list[str] = Field(default_factory=list)  # "CODE: reason" of the muted rules
+
+
+class CheckReport(BaseModel):
+    state: State
+    at_unix: float
+    tool_version: str = __version__
+    targets: list[TargetResult]
+    history: str | None = None  # the database path, None with --no-history
+    # outputs that failed (textfile, pushgateway, history): each is also an UNKNOWN in the state
+    output_errors: list[str] = Field(default_factory=list)
+
+
+def connection_for(target: Target, max_metrics_bytes: int | None = None) -> Connection:
+    """A target's connection, its secrets read from the environment variables the config file names."""
+    from llmdiag.collect.http import parse_header
+
+    headers = dict(target.headers)
+    for name, variable in target.headers_env.items():
+        value = os.environ.get(variable)
+        if not value:
+            raise ConfigError(
+                f"target '{target.name}': header {name} comes from ${variable}, which is not set",
+                f"export {variable}=… in the check's environment (cron, systemd Environment=)",
+            )
+        headers[name] = value
+    api_key = None
+    if target.api_key_env:
+        api_key = os.environ.get(target.api_key_env)
+        if not api_key:
+            raise ConfigError(f"target '{target.name}': api_key_env ${target.api_key_env} is not set",
+                              f"export {target.api_key_env}=… in the check's environment")  # fmt: skip
+    # a header given as 'Name: value' in the file is parsed like --header, for the same checks
+    headers = dict(parse_header(f"{k}: {v}") for k, v in headers.items())
+    kwargs = {"max_metrics_bytes": max_metrics_bytes} if max_metrics_bytes else {}
+    return Connection(
+        base_url=target.url,
+        metrics_url=target.metrics_url,
+        headers=headers,
+        api_key=api_key if target.api_key_env else os.environ.get(API_KEY_ENV) or None,
+        timeout_seconds=target.timeout_seconds,
+        insecure=target.insecure,
+        **kwargs,
+    )
+
+
+def check_target(
+    target: Target,
+    settings: Settings,
+    window_seconds: float,
+    history: History | None,
+    now: float,
+    connection: Connection | None = None,
+) -> TargetResult:
+    """Diagnose one target; any llmdiag error makes it UNKNOWN with the message and hint, never an exception.
+
+    ``connection``: how to reach it when the command line said so (its --header may carry credentials, which a
+    config file may not), instead of the target's own settings."""
+    url = redact_url(target.url)
+    muted = [f"{m.code.upper()}: {m.reason}" for m in settings.mute]
+    try:
+        connection = connection or connection_for(target)
+        baseline = None
+        if history is not None:
+            baseline = history.baseline(
+                target.name, settings.check.baseline_days, settings.check.baseline_min_checks, now=now
+            )
+        verdict = diagnose(
+            connection,
+            target.window_seconds or window_seconds,
+            settings,
+            telemetry=TelemetryOptions(dcgm_url=target.dcgm_url, nvml="auto" if target.nvml else "off",
+                                       pids=list(target.pids)),  # fmt: skip
+            canary=target.probe if target.probe is not None else target.metrics_url is None,
+            canary_off_reason="probe = false" if target.probe is False else "metrics_url given",
+            baseline=baseline,
+        )
+    except LlmdiagError as error:
+        return TargetResult(name=target.name, url=url, state=State.UNKNOWN, error=error.message, hint=error.hint,
+                            muted=muted)  # fmt: skip
+    verdict.target = f"{target.name} ({verdict.target})"
+    return TargetResult(
+        name=target.name,
+        url=url,
+        state=state_of(verdict),
+        verdict=verdict,
+        baseline=baseline.describe() if baseline is not None else "baseline: none (--no-history)",
+        muted=muted,
+    )
+
+
+def history_row(result: TargetResult, at_unix: float) -> CheckRow:
+    row = CheckRow(at_unix=at_unix, target=result.name, url=result.url, state=result.state.name,
+                   error=result.error, tool_version=__version__)  # fmt: skip
+    verdict = result.verdict
+    if verdict is not None:
+        ex = verdict.experience
+        row.bottleneck = verdict.bottleneck.value
+        row.confidence = verdict.confidence
+        row.window_seconds = verdict.window.duration_seconds
+        row.ttft_p95_seconds = ex.ttft_p95_seconds
+        row.tpot_p95_seconds = ex.tpot_p95_seconds
+        row.itl_p50_seconds = ex.itl_p50_seconds
+        row.generation_tokens_per_second = ex.generation_tokens_per_second
+        row.requests_running_mean = ex.requests_running_mean
+        row.requests_waiting_mean = ex.requests_waiting_mean
+        row.findings = " ".join(f"{f.code}:{f.severity.value}" for f in verdict.findings)
+    return row
+
+
+def run_check(
+    targets: list[Target],
+    settings: Settings,
+    window_seconds: float,
+    history: History | None = None,
+    connections: dict[str, Connection] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> CheckReport:
+    """Check every target (``settings.check.concurrency`` at once); one failing target is UNKNOWN, the others
+    are still checked. Each result is appended to the history when there is one."""
+    now = clock()
+    connections = connections or {}
+    workers = max(1, min(settings.check.concurrency, len(targets)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llmdiag-check") as pool:
+        futures = [
+            pool.submit(check_target, t, settings, window_seconds, history, now, connections.get(t.name))
+            for t in targets
+        ]
+        results = [f.result() for f in futures]
+    report = CheckReport(
+        state=worst([r.state for r in results]),
+        at_unix=now,
+        targets=results,
+        history=str(history.path) if history is not None else None,
+    )
+    if history is not None:
+        try:
+            history.record([history_row(r, now) for r in results])
+        except LlmdiagError as error:
+            report.output_errors.append(f"history not written: {error.message}")
+            report.state = worst([report.state, State.UNKNOWN])
+    return report

@@ -1,0 +1,301 @@
+"""`llmdiag check` end to end: the Nagios exit codes reached for real against the simulator on 127.0.0.1, the
+node_exporter textfile parsed with prometheus_client's own parser, a Pushgateway PUT received by a real local
+HTTP server, config-file targets, and a regression against a history the test writes."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmdiag.history import CheckRow, History
+from llmdiag.sim.presets import get_preset
+from llmdiag.sim.server import ClosedLoopLoad, SimServer
+from tests.conftest import run_cli
+
+WINDOW = ("--duration", "3", "--timeout", "2", "--no-nvml")
+STATUS_RE = re.compile(r"^LLMDIAG (OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+( \| .+)?$")
+PERF_RE = re.compile(r"^('[^'=]+'|[^'=\s]+)=(-?[0-9.]+[a-zA-Z%]*|U)(;[-0-9.:@~]*){0,4}$")
+
+
+class LoadedSim:
+    def __init__(self, preset: str) -> None:
+        self.preset = get_preset(preset)
+        self.server = SimServer(self.preset)
+        self.load: ClosedLoopLoad | None = None
+
+    def __enter__(self) -> LoadedSim:
+        self.server.start()
+        self.load = ClosedLoopLoad(self.server.url, self.server.model, self.preset.load, max_seconds=240)
+        self.load.start()
+        time.sleep(3.0)  # as the demo does: the queue and the cache fill before the window
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.load is not None
+        self.load.stop()
+        self.server.stop()
+
+    def args(self) -> tuple[str, ...]:
+        return (self.server.url, "--dcgm-url", self.server.dcgm_url)
+
+
+@pytest.fixture(scope="module")
+def healthy() -> Iterator[LoadedSim]:
+    with LoadedSim("healthy") as sim:
+        yield sim
+
+
+@pytest.fixture(scope="module")
+def memory() -> Iterator[LoadedSim]:
+    with LoadedSim("memory") as sim:
+        yield sim
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def assert_nagios(stdout: str) -> tuple[str, list[str]]:
+    """The first line is the status line with valid perfdata; returns the state and the perfdata items."""
+    first = stdout.splitlines()[0]
+    match = STATUS_RE.match(first)
+    assert match, first
+    perf = first.split(" | ", 1)[1].split() if " | " in first else []
+    for item in perf:
+        assert PERF_RE.match(item), item
+    return match.group(1), perf
+
+
+def perf_value(perf: list[str], label: str) -> str:
+    return next(p.split("=", 1)[1].split(";")[0] for p in perf if p.split("=", 1)[0] == label)
+
+
+def test_healthy_is_ok_with_exit_0_and_perfdata(healthy: LoadedSim, tmp_path: Path):
+    result = run_cli("check", *healthy.args(), *WINDOW, "--history", str(tmp_path / "h.sqlite"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    state, perf = assert_nagios(result.stdout)
+    assert state == "OK" and result.stdout.startswith("LLMDIAG OK - healthy: ")
+    assert perf_value(perf, "ttft_p95_seconds").endswith("s")
+    assert float(perf_value(perf, "generation_tokens_per_second")) > 0
+    assert "baseline: not enough history (0 of 5" in result.stdout
+    assert History(tmp_path / "h.sqlite").count() == 1
+
+
+def test_memory_starved_is_critical_with_exit_2(memory: LoadedSim, tmp_path: Path):
+    result = run_cli("check", *memory.args(), *WINDOW, "--no-history")
+    assert result.returncode == 2, result.stdout + result.stderr
+    state, perf = assert_nagios(result.stdout)
+    assert state == "CRITICAL" and result.stdout.startswith("LLMDIAG CRITICAL - memory: ")
+    assert "(MEM001)" in result.stdout.splitlines()[0]
+    # the ladder signal of the firing rule carries its thresholds (warn;crit)
+    ladder = next(p for p in perf if p.startswith("preemptions_per_finished_request="))
+    assert ladder.split(";")[1:3] == ["0.01", "0.2"]
+    assert re.search(r"^CRITICAL MEM001 kv-cache-saturated: ", result.stdout, re.M)
+
+
+def test_unreachable_port_is_unknown_with_exit_3(tmp_path: Path):
+    result = run_cli("check", f"http://127.0.0.1:{closed_port()}", *WINDOW, "--history", str(tmp_path / "h.sqlite"))
+    assert result.returncode == 3, result.stdout + result.stderr
+    state, perf = assert_nagios(result.stdout)
+    assert state == "UNKNOWN" and "cannot check http://127.0.0.1:" in result.stdout and perf == []
+    assert "HINT: is the server running" in result.stdout
+    assert "Traceback" not in result.stderr
+    [row] = History(tmp_path / "h.sqlite").rows()
+    assert row.state == "UNKNOWN" and row.bottleneck is None and row.ttft_p95_seconds is None  # NULL, never 0
+    assert "connection refused" in (row.error or "")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("--bogus",), "No such option: --bogus"),
+        (("http://127.0.0.1:9", "--duration", "0"), "--duration"),
+        (("http://127.0.0.1:9", "--timeout", "-1"), "--timeout must be positive"),
+        ((), "no target: give a URL"),
+        (("--textfile", "/nonexistent/dir", "http://127.0.0.1:9"), "not a folder"),
+    ],
+)
+def test_bad_arguments_are_unknown_with_exit_3(args: tuple[str, ...], fragment: str, tmp_path: Path):
+    config = tmp_path / "empty.toml"
+    config.write_text("")
+    result = run_cli("check", *args, "--config", str(config), "--no-history")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stdout.startswith("LLMDIAG UNKNOWN - ") and fragment in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[[targets]]\nname = 'a'\n", "targets.0.url: Field required"),
+        ("[[targets]]\nname = 'a'\nurl = 'http://x'\nheaders = { Authorization = 'Bearer s3cret' }\n",
+         "carries a credential"),
+        ("[check]\nwindow_seconds = 'ten'\n", "check.window_seconds"),
+        ("[check]\nhistroy = 'x'\n", "check.histroy: Extra inputs are not permitted"),
+        ("this is = = not toml", "cannot read it"),
+    ],
+)  # fmt: skip
+def test_a_bad_config_file_is_unknown_with_exit_3(text: str, fragment: str, tmp_path: Path):
+    config = tmp_path / "llmdiag.toml"
+    config.write_text(text)
+    result = run_cli("check", "--config", str(config), "--no-history")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stdout.startswith("LLMDIAG UNKNOWN - ") and fragment in result.stdout
+    assert "s3cret" not in result.stdout + result.stderr
+
+
+def textfile_families(path: Path) -> dict[str, list]:
+    return {f.name: f.samples for f in text_string_to_metric_families(path.read_text())}
+
+
+def test_config_targets_textfile_and_worst_state(healthy: LoadedSim, memory: LoadedSim, tmp_path: Path):
+    down = closed_port()
+    config = tmp_path / "llmdiag.toml"
+    config.write_text(f"""
+[check]
+window_seconds = 3
+history = "{tmp_path / 'history.sqlite'}"
+
+[[targets]]
+name = "gpu-a"
+url = "{healthy.server.url}"
+dcgm_url = "{healthy.server.dcgm_url}"
+nvml = false
+
+[[targets]]
+name = "gpu-b"
+url = "{memory.server.url}"
+dcgm_url = "{memory.server.dcgm_url}"
+nvml = false
+
+[[targets]]
+name = "gpu-c"
+url = "http://127.0.0.1:{down}"
+nvml = false
+timeout_seconds = 1
+""")
+    started = time.time()
+    result = run_cli("check", "--config", str(config), "--textfile", str(tmp_path))
+    assert result.returncode == 2, result.stdout + result.stderr  # CRITICAL outranks UNKNOWN
+    state, perf = assert_nagios(result.stdout)
+    first = result.stdout.splitlines()[0]
+    assert state == "CRITICAL"
+    assert "3 targets: gpu-a OK healthy, gpu-b CRITICAL memory (MEM001), gpu-c UNKNOWN unreachable" in first
+    labels = {p.split("=", 1)[0] for p in perf}
+    assert {"gpu-a_ttft_p95_seconds", "gpu-b_kv_cache_usage_ratio"} <= labels
+    assert not any(label.startswith("gpu-c_") for label in labels)
+
+    families = textfile_families(tmp_path / "llmdiag.prom")
+    [last] = families["llmdiag_last_run_timestamp_seconds"]
+    assert last.value >= started - 1
+    states = {s.labels["target"]: s.value for s in families["llmdiag_check_state"]}
+    assert states == {"gpu-a": 0, "gpu-b": 2, "gpu-c": 3}
+    verdict = {(s.labels["target"], s.labels["class"]) for s in families["llmdiag_verdict"] if s.value == 1}
+    assert verdict == {("gpu-a", "healthy"), ("gpu-b", "memory")}
+    findings = {(s.labels["target"], s.labels["code"], s.labels["severity"]) for s in families["llmdiag_finding"]}
+    assert ("gpu-b", "MEM001", "critical") in findings and not any(t == "gpu-a" for t, *_ in findings)
+    probes = {(s.labels["target"], s.labels["probe"]): s.value for s in families["llmdiag_probe_up"]}
+    assert probes[("gpu-a", "vllm")] == 1 and probes[("gpu-b", "dcgm")] == 1
+    assert {s.labels["target"]: s.value for s in families["llmdiag_target_up"]} == {"gpu-a": 1, "gpu-b": 1, "gpu-c": 0}
+    ttft = {(s.labels["target"], s.labels["quantile"]) for s in families["llmdiag_ttft_seconds"]}
+    assert ("gpu-a", "0.95") in ttft
+    # the unreachable target has no signal values at all: missing, never 0
+    assert not any(s.labels.get("target") == "gpu-c" for s in families["llmdiag_requests_running"])
+    assert not list(tmp_path.glob("llmdiag.prom.*")), "no temporary file left behind"
+
+    rows = History(tmp_path / "history.sqlite").rows()
+    assert sorted((r.target, r.state) for r in rows) == [("gpu-a", "OK"), ("gpu-b", "CRITICAL"), ("gpu-c", "UNKNOWN")]
+
+    only = run_cli("check", "--config", str(config), "--target", "gpu-a", "--no-history")
+    assert only.returncode == 0 and "LLMDIAG OK - healthy" in only.stdout, only.stdout + only.stderr
+    wrong = run_cli("check", "--config", str(config), "--target", "gpu-z", "--no-history")
+    assert wrong.returncode == 3 and "known: gpu-a, gpu-b, gpu-c" in wrong.stderr
+
+
+def test_a_muted_finding_does_not_count(memory: LoadedSim, tmp_path: Path):
+    config = tmp_path / "llmdiag.toml"
+    config.write_text('[[mute]]\ncode = "MEM001"\nreason = "this pool is small on purpose"\n'
+                      '[[mute]]\ncode = "SCH001"\nreason = "queueing is expected here"\n')  # fmt: skip
+    result = run_cli("check", *memory.args(), *WINDOW, "--no-history", "--config", str(config))
+    assert "MEM001" not in result.stdout.splitlines()[0], result.stdout
+    assert "muted MEM001: this pool is small on purpose" in result.stdout
+    assert result.returncode != 2 or "CRITICAL" in result.stdout.splitlines()[0]
+
+
+def test_a_regression_against_the_history_is_a_finding(healthy: LoadedSim, tmp_path: Path):
+    """Five past checks at this target with a TTFT p95 of 1 ms: today's ~20 ms is far past 3× that."""
+    db = tmp_path / "h.sqlite"
+    history = History.open(db)
+    name = healthy.server.url.split("//", 1)[1]
+    now = time.time()
+    history.record([
+        CheckRow(at_unix=now - 3600 * (i + 1), target=name, url=healthy.server.url, state="OK", bottleneck="healthy",
+                 ttft_p95_seconds=0.001, generation_tokens_per_second=100.0, requests_running_mean=30.0)
+        for i in range(5)
+    ])  # fmt: skip
+    history.record([CheckRow(at_unix=now - 60, target=name, url="", state="OK", bottleneck="idle",
+                             ttft_p95_seconds=0.0001)])  # idle: not in the baseline  # fmt: skip
+    result = run_cli("check", *healthy.args(), *WINDOW, "--history", str(db))
+    assert result.returncode == 2, result.stdout + result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("LLMDIAG CRITICAL - healthy: TTFT p95 ") and "(REG001)" in first
+    assert re.search(r"^CRITICAL REG001 ttft-p95-regressed: .*usual 0\.001 s", result.stdout, re.M)
+    assert "baseline: median of 5 checks in 7 days" in result.stdout
+    # throughput rose and fewer tokens/s would not have been less demand: REG003 stays quiet
+    assert "REG003" not in result.stdout
+    assert len(history.rows(name)) == 7
+
+
+def test_scan_skips_the_regression_rules_for_want_of_a_baseline(healthy: LoadedSim):
+    import json
+
+    result = run_cli("scan", *healthy.args(), *WINDOW, "--json")
+    verdict = json.loads(result.stdout)
+    skipped = {r["code"]: r["reason"] for r in verdict["coverage"]["rules"] if r["status"] == "skipped"}
+    assert "only `llmdiag check` compares" in skipped["REG001"]
+
+
+class _Gateway(BaseHTTPRequestHandler):
+    received: list[tuple[str, str, bytes]] = []
+
+    def do_PUT(self) -> None:  # noqa: N802 (http.server API)
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        _Gateway.received.append(("PUT", self.path, body))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_pushgateway_receives_the_metrics(healthy: LoadedSim):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Gateway)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        result = run_cli("check", *healthy.args(), *WINDOW, "--no-history", "--pushgateway", url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 0, result.stdout + result.stderr
+    [(method, path, body)] = _Gateway.received
+    assert method == "PUT" and path.startswith("/metrics/job/llmdiag/instance/")
+    families = {f.name for f in text_string_to_metric_families(body.decode())}
+    assert {"llmdiag_check_state", "llmdiag_verdict", "llmdiag_last_run_timestamp_seconds"} <= families
+
+    refused = run_cli("check", *healthy.args(), *WINDOW, "--no-history", "--pushgateway",
+                      f"http://127.0.0.1:{closed_port()}")  # fmt: skip
+    assert refused.returncode == 3 and "UNKNOWN: push to http://127.0.0.1:" in refused.stdout
