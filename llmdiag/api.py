@@ -25,7 +25,7 @@ from llmdiag.engine.capacity import roofline_for_window, roofline_signal
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.evaluate import build_verdict
 from llmdiag.engine.load import find_knee, summarise
-from llmdiag.model import LoadReport, Verdict
+from llmdiag.model import LoadReport, SignalSet, TraceReport, Verdict
 from llmdiag.sim.physics import Deployment
 
 
@@ -39,6 +39,7 @@ def diagnose(
     canary: bool = False,
     canary_off_reason: str = "",
     baseline: Baseline | None = None,
+    trace: TraceReport | None = None,
 ) -> Verdict:
     """Scan a live server and its telemetry (NVML, a DCGM exporter page, the host) over a window and judge it.
 
@@ -52,6 +53,8 @@ def diagnose(
         signals.sources.append(unavailable_source("canary", CANARY_LABEL, note))
     if baseline is not None:
         add_baseline_signals(signals, baseline)
+    if trace is not None:
+        merge_trace_signals(signals, trace)
     roofline = None
     if deployment is not None:
         add_derived(signals)  # the roofline reads the window's batch; the rules may then cite the roofline
@@ -157,3 +160,37 @@ def run_load(
         report.points.append(point)
     report.knee = find_knee(report.points, slo_given=slo_ttft_seconds is not None or slo_tpot_seconds is not None)
     return report
+
+
+def analyze_traces(
+    paths: list[Path], link: str | None = None, hta_compat: bool = False, settings: Settings | None = None
+) -> TraceReport:
+    """Read PyTorch profiler (Kineto) traces, one file per rank (files, or folders of *.json / *.json.gz), and judge
+    their communication: per-rank shares, collectives, the straggler, and the network rules on those signals.
+
+    Files that cannot be read are listed in ``report.problems`` (kind "error") and the other ranks are still analysed.
+    """
+    from llmdiag.engine.trace import analyze, trace_signals
+
+    report = analyze(paths, link=link, hta_compat=hta_compat)
+    report.tool_version = __version__
+    if report.ranks:
+        verdict = build_verdict(trace_signals(report), settings, target=", ".join(report.paths))
+        verdict.tool_version = __version__
+        if not verdict.findings:
+            verdict.summary = (
+                "No communication finding in the trace. A trace shows GPU time and collectives only; memory, "
+                "scheduling and what users see need a scan of the server."
+            )
+        report.verdict = verdict
+    return report
+
+
+def merge_trace_signals(signals: SignalSet, report: TraceReport) -> None:
+    """`llmdiag scan --trace DIR`: the trace's signals join the scan's before it is judged (the scan's own win)."""
+    from llmdiag.engine.trace import trace_signals
+
+    extra = trace_signals(report)
+    for name, signal in extra.signals.items():
+        signals.signals.setdefault(name, signal)
+    signals.sources += extra.sources

@@ -220,6 +220,11 @@ def scan(
     verbose: VerboseOpt = False,
     html: HtmlOpt = None,
     markdown: MarkdownOpt = False,
+    trace: Annotated[
+        Path | None,
+        typer.Option("--trace", help="A folder (or file) of PyTorch profiler traces of this server: their "
+                     "communication signals join the scan's and the network rules judge them."),
+    ] = None,
 ) -> None:
     """Watch a live server for a window and say what limits it."""
     if url is None:
@@ -230,6 +235,7 @@ def scan(
         check_outputs(as_json, markdown)
         connection = connection_from_options(url, metrics_url, header, api_key, timeout, insecure, max_metrics_bytes)
         settings = load_settings(config)
+        trace_report = read_scan_trace(trace) if trace is not None else None
         with scan_progress(connection.base_url, quiet=as_json) as tick:
             verdict = diagnose(
                 connection, duration, settings, on_progress=tick,
@@ -243,6 +249,7 @@ def scan(
                 # with only a metrics URL given, the API may be another service or not ours to call
                 canary=probe if probe is not None else metrics_url is None,
                 canary_off_reason="--no-probe" if probe is False else "--metrics-url given: pass --probe to send them",
+                trace=trace_report,
             )
         if html is not None:
             write_html(html, verdict, quiet=as_json or markdown)
@@ -400,6 +407,63 @@ def sim_serve(
             driver.stop()
         server.stop()
     raise typer.Exit(EXIT_OK)
+
+
+def read_scan_trace(path: Path):
+    """scan --trace: the traces are read before the window; a trace problem is a warning here, not the scan's end."""
+    from llmdiag.engine.trace import analyze as analyze_trace_files
+
+    report = analyze_trace_files([path])
+    for problem in report.problems:
+        stderr.print(f"[yellow]WARNING:[/] trace: {escape(problem.message)}", soft_wrap=True)
+    if not report.ranks:
+        raise UsageError(f"--trace {path}: no readable trace", "give a folder of torch.profiler JSON files")
+    return report
+
+
+@app.command()
+def trace(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Trace files (.json, .json.gz), one per rank, or folders holding them.")
+    ],
+    link: Annotated[
+        str | None,
+        typer.Option("--link", help="The link the collectives ran over (nvlink2..nvlink5, pcie4x16, ib-ndr …); "
+                     "default: from the trace's GPU model where it implies one (SXM boards)."),
+    ] = None,
+    hta_compat: Annotated[
+        bool,
+        typer.Option("--hta-compat", help="Count as HolisticTraceAnalysis does: µs-rounded timestamps, the last "
+                     "ProfilerStep dropped, only nccl…Kernel names as communication."),
+    ] = False,
+    as_json: JsonOpt = False,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Also write the JSON report here.")] = None,
+    fail_on: FailOnOpt = FailOn.critical,
+    config: ConfigOpt = None,
+) -> None:
+    """Analyse PyTorch profiler (Kineto) traces: GPU busy, communication share, exposed communication, collectives
+    with their bandwidth, and the straggler rank. Exit 2 when a trace could not be used (after the rest is shown)."""
+    from llmdiag.api import analyze_traces
+    from llmdiag.engine.trace import problems_as_error
+    from llmdiag.render.trace import render_trace
+
+    try:
+        settings = load_settings(config)
+        report = analyze_traces(paths, link=link, hta_compat=hta_compat, settings=settings)
+        if output is not None:
+            write_atomic(output, report.model_dump_json(indent=2) + "\n")
+    except LlmdiagError as error:
+        fail(error)
+    if as_json:
+        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    elif report.ranks:
+        stdout.print(render_trace(report))
+    error = problems_as_error(report)
+    if error is not None:
+        fail(error)
+    if not report.ranks:
+        fail(UsageError("no trace could be analysed", "give torch.profiler JSON files, one per rank"))
+    raise typer.Exit(exit_code(report.verdict, fail_on) if report.verdict else EXIT_OK)
 
 
 @app.command()

@@ -6,6 +6,7 @@
     ├── ConfigError                llmdiag.toml is wrong
     │   └── RuleSpecError          a rule or probe file is wrong (path, field, reason)
     ├── InputFileError             a file to analyze is missing or unreadable
+    │   └── TraceFileError         a profiler trace is truncated, corrupt, or not a Kineto trace
     ├── HistoryError               the check history (SQLite) cannot be opened or written
     └── ProbeError                 a source could not be read
         ├── ConnectError           refused, DNS failure, TLS failure
@@ -50,6 +51,10 @@ class RuleSpecError(ConfigError):
 
 class InputFileError(LlmdiagError):
     hint = "check the path; save a dump with `curl -s http://HOST:PORT/metrics > metrics.prom`"
+
+
+class TraceFileError(InputFileError):
+    hint = "give the JSON (or .json.gz) files torch.profiler wrote; the other ranks are still analysed"
 
 
 class HistoryError(LlmdiagError):

@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from llmdiag.engine.schema import ProbeSpec, RuleSpec
+from llmdiag.engine.schema import CollectiveSpec, ProbeSpec, RuleSpec
 from llmdiag.errors import RuleSpecError
 
 M = TypeVar("M", bound=BaseModel)
@@ -82,3 +82,10 @@ def load_probe(name: str) -> ProbeSpec:
 def find_rule(code: str) -> RuleSpec | None:
     code = code.upper()
     return next((r for r in load_rules() if r.code == code), None)
+
+
+@cache
+def load_collectives() -> CollectiveSpec:
+    """probes/collectives.toml: the patterns that tell communication kernels and ops in a profiler trace."""
+    entry = resources.files("llmdiag.probes") / "collectives.toml"
+    return _parse(CollectiveSpec, "probes/collectives.toml", entry.read_text(encoding="utf-8"))

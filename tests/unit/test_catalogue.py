@@ -15,13 +15,14 @@ from llmdiag.engine.derived import REGISTRY
 from llmdiag.engine.evaluate import PLACEHOLDER_RE
 from llmdiag.engine.loader import load_probe, load_rules, parse_rule
 from llmdiag.engine.schema import STAT_NAMES
+from llmdiag.engine.trace import TRACE_SIGNALS
 from llmdiag.errors import RuleSpecError
 from llmdiag.render.docs import DOC_SECTIONS, render_rule_index, render_rule_markdown
 from tests.conftest import REPO_ROOT
 
 COLLECTOR_SIGNALS = {"counter_resets", "implausible_samples"}
 # probes/ also holds data tables that are not probe specs, each read by its own model and loader
-NOT_PROBE_SPECS = {"links"}  # links.toml: llmdiag/engine/links.py
+NOT_PROBE_SPECS = {"links", "collectives"}  # links.toml: llmdiag/engine/links.py; collectives.toml: engine/trace.py
 PROBES = sorted(p.stem for p in (REPO_ROOT / "probes").glob("*.toml") if p.stem not in NOT_PROBE_SPECS)
 
 
@@ -36,7 +37,7 @@ def test_data_folders_hold_no_code(folder: str):
 def test_every_rule_input_is_a_known_signal_and_stat():
     kinds = {s.name: s.kind for probe in PROBES for s in load_probe(probe).signal}
     kinds |= {d.name: "derived" for d in REGISTRY} | dict.fromkeys(COLLECTOR_SIGNALS, "derived") | CANARY_SIGNALS
-    kinds |= HISTORY_SIGNALS
+    kinds |= HISTORY_SIGNALS | TRACE_SIGNALS
     for rule in load_rules():
         for ref in rule.inputs():
             assert ref.signal in kinds, f"{rule.code} reads unknown signal {ref.signal}"

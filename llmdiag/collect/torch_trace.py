@@ -1,0 +1,489 @@
+"""Streaming reader of PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzip, one file per rank.
+
+The file is never loaded whole: it is read in chunks of ``CHUNK_BYTES``, the ``traceEvents`` list is cut at event
+boundaries and each slice is decoded by msgspec into small structs that keep only the fields the analysis reads
+(unknown fields are skipped in C). What survives an event is compact: GPU activity as typed arrays, the launch
+correlation map, the few CPU ops that mark collectives, and the ProfilerStep ranges. The other top-level keys
+(``distributedInfo``, ``deviceProperties``, ``baseTimeNanoseconds`` …) are read in whatever order they come.
+
+Where a cut lands inside a string or a nested object, decoding that slice fails; the reader then cuts at the
+previous candidate boundary, so a wrong cut can cost time but never a wrong event.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+
+from llmdiag.errors import TraceFileError
+
+CHUNK_BYTES = 8 << 20
+# cuts tried backwards in one buffer before it is grown: a slice with this many false boundaries is pathological
+MAX_CUT_TRIES = 64
+# a top-level value other than traceEvents (deviceProperties, distributedInfo …) larger than this is not a trace's
+MAX_TOP_VALUE_BYTES = 64 << 20
+
+GPU_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "Kernel": 0, "Memcpy": 1, "Memset": 2}
+LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
+OP_CATS = frozenset({"cpu_op", "user_annotation", "Operator"})
+STEP_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
+
+
+class _Args(msgspec.Struct):
+    correlation: Any = None
+    external_id: Any = msgspec.field(default=None, name="External id")
+    stream: Any = None
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    # kept raw: decoded only for the few ops that are collectives
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+
+
+class _Event(msgspec.Struct):
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    ts: Any = None
+    dur: Any = None
+    pid: Any = None
+    tid: Any = None
+    args: _Args | None = None
+
+
+_EVENTS = msgspec.json.Decoder(list[_Event])
+_ONE_EVENT = msgspec.json.Decoder(_Event)
+
+
+@dataclass(frozen=True)
+class CommArgs:
+    """A collective's args, from a kernel or a CPU op: element counts, dtype, group."""
+
+    collective: str | None
+    in_nelems: int | None
+    out_nelems: int | None
+    dtype: str | None
+    group_size: int | None
+    pg: str | None
+
+
+@dataclass(frozen=True)
+class CommOp:
+    """A CPU op or annotation that marks a collective (record_param_comms, c10d::*, nccl:*, gloo:*, symm_mem::*)."""
+
+    name: str
+    cat: str
+    ts: float
+    dur: float
+    tid: Any
+    args: CommArgs
+    input_dims: bytes
+    input_type: bytes
+
+
+@dataclass
+class RankTrace:
+    """What the analysis needs from one rank's trace file. Times in µs on the trace's own axis."""
+
+    path: str
+    size_bytes: int = 0
+    top: dict[str, Any] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)
+    # GPU activity, one entry per kernel / memcpy / memset, parallel arrays
+    gpu_ts: array = field(default_factory=lambda: array("d"))
+    gpu_end: array = field(default_factory=lambda: array("d"))
+    gpu_name: array = field(default_factory=lambda: array("l"))
+    gpu_kind: array = field(default_factory=lambda: array("b"))  # 0 kernel, 1 memcpy, 2 memset
+    gpu_stream: array = field(default_factory=lambda: array("q"))
+    gpu_corr: array = field(default_factory=lambda: array("q"))
+    gpu_ext: array = field(default_factory=lambda: array("q"))
+    gpu_device: set = field(default_factory=set)
+    # index into the GPU arrays → the kernel's own collective args (NCCL process group, PyTorch 2.4+)
+    kernel_args: dict[int, CommArgs] = field(default_factory=dict)
+    # launch correlation → (runtime call start µs, External id, CPU thread)
+    launches: dict[int, tuple[float, int, Any]] = field(default_factory=dict)
+    # External id → the collective-marking CPU op (record_param_comms preferred: the innermost)
+    comm_ops: dict[int, CommOp] = field(default_factory=dict)
+    # every collective-marking CPU op/annotation in time order (gloo collectives live only here)
+    cpu_comm: list[CommOp] = field(default_factory=list)
+    # GPU-side nccl:* / gloo:* annotations: (start, end, name, stream)
+    gpu_annotations: list[tuple[float, float, str, Any]] = field(default_factory=list)
+    # ProfilerStep#N ranges on the CPU: (step, start, end)
+    steps: list[tuple[int, float, float]] = field(default_factory=list)
+    events: int = 0
+    skipped_events: int = 0
+
+    @property
+    def distributed(self) -> dict[str, Any]:
+        info = self.top.get("distributedInfo")
+        return info if isinstance(info, dict) else {}
+
+    @property
+    def rank(self) -> int | None:
+        value = self.distributed.get("rank")
+        return value if isinstance(value, int) else None
+
+    @property
+    def world_size(self) -> int | None:
+        value = self.distributed.get("world_size")
+        return value if isinstance(value, int) else None
+
+    @property
+    def device_names(self) -> list[str]:
+        props = self.top.get("deviceProperties")
+        if not isinstance(props, list):
+            return []
+        return [str(p.get("name")) for p in props if isinstance(p, dict) and p.get("name")]
+
+    @property
+    def base_time_ns(self) -> int | None:
+        value = self.top.get("baseTimeNanoseconds")
+        return value if isinstance(value, int) else None
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _comm_args(a: _Args) -> CommArgs:
+    return CommArgs(
+        collective=a.collective if isinstance(a.collective, str) else None,
+        in_nelems=_int(a.in_nelems),
+        out_nelems=_int(a.out_nelems),
+        dtype=a.dtype if isinstance(a.dtype, str) else None,
+        group_size=_int(a.group_size),
+        pg=a.pg_ranks if isinstance(a.pg_ranks, str) else (str(a.pg_name) if a.pg_name is not None else None),
+    )
+
+
+class _Sink:
+    """Turns decoded events into a RankTrace's compact form."""
+
+    def __init__(self, trace: RankTrace, op_pattern: re.Pattern[str]) -> None:
+        self.t = trace
+        self.op_pattern = op_pattern
+        self.name_ids: dict[str, int] = {}
+
+    def add(self, events: list[_Event]) -> None:
+        t = self.t
+        t.events += len(events)
+        name_ids = self.name_ids
+        launches = t.launches
+        for e in events:
+            if e.ph != "X":
+                continue
+            cat = e.cat
+            kind = GPU_CATS.get(cat) if isinstance(cat, str) else None
+            if kind is not None:
+                ts, dur, name = e.ts, e.dur, e.name
+                if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or not isinstance(name, str):
+                    t.skipped_events += 1
+                    continue
+                idx = name_ids.get(name)
+                if idx is None:
+                    idx = name_ids[name] = len(t.names)
+                    t.names.append(name)
+                a = e.args
+                stream = a.stream if a is not None and isinstance(a.stream, int) else e.tid
+                i = len(t.gpu_ts)
+                t.gpu_ts.append(ts)
+                t.gpu_end.append(ts + dur)
+                t.gpu_name.append(idx)
+                t.gpu_kind.append(kind)
+                t.gpu_stream.append(stream if isinstance(stream, int) else -1)
+                corr = _int(a.correlation) if a is not None else None
+                ext = _int(a.external_id) if a is not None else None
+                t.gpu_corr.append(-1 if corr is None else corr)
+                t.gpu_ext.append(-1 if ext is None else ext)
+                if e.pid is not None:
+                    t.gpu_device.add(e.pid)
+                if a is not None and a.collective is not None:
+                    t.kernel_args[i] = _comm_args(a)
+            elif cat in LAUNCH_CATS:
+                a = e.args
+                if a is not None and a.correlation is not None:
+                    corr = _int(a.correlation)
+                    if corr is not None and isinstance(e.ts, (int, float)):
+                        ext = _int(a.external_id)
+                        launches[corr] = (e.ts, -1 if ext is None else ext, e.tid)
+            elif cat in OP_CATS:
+                name = e.name
+                if not isinstance(name, str):
+                    continue
+                if name.startswith("ProfilerStep"):
+                    m = STEP_RE.match(name)
+                    if m and isinstance(e.ts, (int, float)) and isinstance(e.dur, (int, float)):
+                        t.steps.append((int(m.group(1)), e.ts, e.ts + e.dur))
+                elif self.op_pattern.search(name):
+                    self._comm_op(e, name, cat)
+            elif cat == "gpu_user_annotation":
+                name = e.name
+                timed = isinstance(e.ts, (int, float)) and isinstance(e.dur, (int, float))
+                if timed and isinstance(name, str) and name.startswith(("nccl:", "gloo:")):
+                    t.gpu_annotations.append((e.ts, e.ts + e.dur, name, e.tid))
+
+    def _comm_op(self, e: _Event, name: str, cat: str) -> None:
+        a = e.args
+        if not isinstance(e.ts, (int, float)) or not isinstance(e.dur, (int, float)):
+            return
+        args = _comm_args(a) if a is not None else CommArgs(None, None, None, None, None, None)
+        op = CommOp(
+            name=name,
+            cat=cat,
+            ts=e.ts,
+            dur=e.dur,
+            tid=e.tid,
+            args=args,
+            input_dims=bytes(a.input_dims) if a is not None else b"",
+            input_type=bytes(a.input_type) if a is not None else b"",
+        )
+        self.t.cpu_comm.append(op)
+        ext = _int(a.external_id) if a is not None else None
+        if ext is not None:
+            # record_param_comms is the innermost op, the one the launch's External id points at
+            held = self.t.comm_ops.get(ext)
+            if held is None or name == "record_param_comms" or held.name != "record_param_comms":
+                self.t.comm_ops[ext] = op
+
+
+def _open(path: Path) -> IO[bytes]:
+    raw = path.open("rb")
+    magic = raw.read(2)
+    raw.seek(0)
+    if magic == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw
+
+
+class _Reader:
+    """A byte buffer over the (decompressed) stream with a read position."""
+
+    def __init__(self, stream: IO[bytes], path: str) -> None:
+        self.stream = stream
+        self.path = path
+        self.buf = b""
+        self.pos = 0
+        self.eof = False
+
+    def fill(self, want: int = CHUNK_BYTES) -> bool:
+        """Append up to ``want`` more bytes; False at end of stream."""
+        if self.eof:
+            return False
+        try:
+            more = self.stream.read(want)
+        except EOFError:
+            raise TraceFileError(
+                f"{self.path}: the gzip stream ends early (the file is truncated)",
+                "copy the trace again; the other ranks are still analysed",
+            ) from None
+        except (gzip.BadGzipFile, zlib.error, OSError) as exc:
+            raise TraceFileError(f"{self.path}: not readable as gzip ({exc})") from None
+        if not more:
+            self.eof = True
+            return False
+        self.buf = self.buf[self.pos :] + more
+        self.pos = 0
+        return True
+
+    def skip_ws(self) -> int | None:
+        """The next non-blank byte (not consumed), or None at the end."""
+        while True:
+            buf, pos = self.buf, self.pos
+            n = len(buf)
+            while pos < n and buf[pos] in b" \t\r\n":
+                pos += 1
+            self.pos = pos
+            if pos < n:
+                return buf[pos]
+            if not self.fill():
+                return None
+
+    def expect(self, char: bytes, what: str) -> None:
+        got = self.skip_ws()
+        if got != char[0]:
+            seen = "the end of the file" if got is None else repr(chr(got))
+            raise TraceFileError(f"{self.path}: expected {what}, found {seen}")
+        self.pos += 1
+
+    def value(self) -> Any:
+        """Decode one small JSON value (a top-level key or value) at the position."""
+        decoder = json.JSONDecoder()
+        window = 1 << 16
+        while True:
+            self.skip_ws()
+            # a growing window: the top-level values other than traceEvents are small
+            text = self.buf[self.pos : self.pos + window].decode("utf-8", errors="ignore")
+            try:
+                obj, end = decoder.raw_decode(text)
+            except json.JSONDecodeError as exc:
+                if self.pos + window < len(self.buf):
+                    window *= 8
+                    continue
+                if len(self.buf) - self.pos < MAX_TOP_VALUE_BYTES and self.fill():
+                    continue
+                raise TraceFileError(f"{self.path}: not valid JSON ({exc.msg} near byte {self.pos})") from None
+            self.pos += len(text[:end].encode("utf-8"))
+            return obj
+
+
+def _events(r: _Reader, sink: _Sink) -> None:
+    """Stream the traceEvents list (the reader sits just past its '[')."""
+    first = True
+    while True:
+        c = r.skip_ws()
+        if c is None:
+            raise TraceFileError(f"{r.path}: the file ends inside traceEvents (truncated)")
+        if c == ord("]"):
+            r.pos += 1
+            return
+        if not first:
+            if c != ord(","):
+                raise TraceFileError(f"{r.path}: not valid JSON: expected ',' between events near byte {r.pos}")
+            r.pos += 1
+            c = r.skip_ws()
+            if c is None:
+                raise TraceFileError(f"{r.path}: the file ends inside traceEvents (truncated)")
+        first = False
+        while not _decode_run(r, sink):
+            # no complete event in the buffer: the event is longer than the buffer, or the stream ended
+            if not r.fill(max(CHUNK_BYTES, len(r.buf))):
+                raise TraceFileError(f"{r.path}: the file ends inside traceEvents (truncated)")
+
+
+def _decode_run(r: _Reader, sink: _Sink) -> bool:
+    """Decode as many whole events as the buffer holds, from the position; False when it holds none."""
+    buf, start = r.buf, r.pos
+    end = len(buf)
+    tries = 0
+    while tries < MAX_CUT_TRIES:
+        cut = buf.rfind(b"}", start, end)
+        if cut < 0:
+            return False
+        after = cut + 1
+        n = len(buf)
+        while after < n and buf[after] in b" \t\r\n":
+            after += 1
+        if after >= n and not r.eof:
+            end = cut  # what follows the brace is not read yet: it may be inside an event
+            tries += 1
+            continue
+        if after < n and buf[after] not in b",]":
+            end = cut
+            tries += 1
+            continue
+        try:
+            events = _EVENTS.decode(b"[" + buf[start : cut + 1] + b"]")
+        except msgspec.ValidationError:
+            events = _lenient(buf[start : cut + 1])
+        except msgspec.DecodeError:
+            end = cut
+            tries += 1
+            continue
+        sink.add(events)
+        r.pos = cut + 1
+        return True
+    return _decode_one(r, sink)
+
+
+def _decode_one(r: _Reader, sink: _Sink) -> bool:
+    """The slow exact path: one event with the stdlib decoder (for slices full of false boundaries)."""
+    text = r.buf[r.pos :].decode("utf-8", errors="ignore")
+    try:
+        obj, end = json.JSONDecoder().raw_decode(text)
+    except json.JSONDecodeError:
+        return False
+    r.pos += len(text[:end].encode("utf-8"))
+    sink.add(_convert([obj]))
+    return True
+
+
+def _lenient(chunk: bytes) -> list[_Event]:
+    """A slice with an event whose fields have unexpected types: decode it loosely, drop what does not fit."""
+    return _convert(msgspec.json.decode(b"[" + chunk + b"]"))
+
+
+def _convert(objs: list[Any]) -> list[_Event]:
+    out = []
+    for obj in objs:
+        try:
+            out.append(msgspec.convert(obj, _Event, strict=False))
+        except (msgspec.ValidationError, TypeError):
+            args = obj.get("args") if isinstance(obj, dict) else None
+            keep = {k: obj.get(k) for k in ("ph", "cat", "name", "ts", "dur", "pid", "tid")} if args else obj
+            try:
+                out.append(msgspec.convert(keep, _Event, strict=False))
+            except (msgspec.ValidationError, TypeError):
+                continue
+    return out
+
+
+def read_trace(path: Path, op_pattern: re.Pattern[str]) -> RankTrace:
+    """Read one rank's trace file. Raises TraceFileError when it is unreadable or not a Kineto trace."""
+    try:
+        size = path.stat().st_size
+        stream = _open(path)
+    except OSError as exc:
+        raise TraceFileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    with stream:
+        trace = read_trace_stream(stream, op_pattern, str(path))
+    trace.size_bytes = size
+    return trace
+
+
+def read_trace_stream(stream: IO[bytes], op_pattern: re.Pattern[str], name: str) -> RankTrace:
+    trace = RankTrace(path=name)
+    sink = _Sink(trace, op_pattern)
+    r = _Reader(stream, name)
+    c = r.skip_ws()
+    if c != ord("{"):
+        what = "an empty file" if c is None else "JSON that is not an object"
+        if c is not None and c not in b'["-0123456789tfn':
+            what = "not JSON"
+        raise TraceFileError(f"{name}: {what}, not a PyTorch profiler trace")
+    r.pos += 1
+    saw_events = False
+    while True:
+        c = r.skip_ws()
+        if c == ord("}"):
+            break
+        if c is None:
+            raise TraceFileError(f"{name}: the file ends early (truncated)")
+        if c == ord(","):
+            r.pos += 1
+            continue
+        key = r.value()
+        if not isinstance(key, str):
+            raise TraceFileError(f"{name}: not valid JSON near byte {r.pos}")
+        r.expect(b":", "':' after a key")
+        if key == "traceEvents":
+            if r.skip_ws() != ord("["):
+                raise TraceFileError(f"{name}: traceEvents is not a list, not a PyTorch profiler trace")
+            r.pos += 1
+            _events(r, sink)
+            saw_events = True
+        else:
+            trace.top[key] = r.value()
+    if not saw_events:
+        raise TraceFileError(f"{name}: JSON without traceEvents, not a PyTorch profiler (Kineto) trace")
+    return trace

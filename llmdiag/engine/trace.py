@@ -1,0 +1,724 @@
+"""Communication analysis of PyTorch profiler traces: per rank, across ranks, and the signals the rules judge.
+
+Per rank, over GPU activity (kernels, memcpy, memset, all streams of the device):
+
+- busy = union of all activity; span = first start to last end; idle = span − busy
+- comm = union of communication kernels (probes/collectives.toml: NCCL, RCCL, and the all-reduce kernels that
+  are not NCCL: PyTorch symmetric memory, vLLM custom and quick all-reduce); compute = union of the other kernels;
+  memcpy/memset are neither (as HTA counts them)
+- comm share = comm / busy; exposed comm = comm − compute (communicating while no compute runs), as a share of the
+  span; overlap = (comm ∩ compute) / comm, HTA's comp_comm_overlap
+
+Across ranks, the k-th collective of each (process group, type) is matched on every rank; the rank that starts
+them last is the straggler: its peers wait inside their kernels for it. HTA's way (``hta_compat``): timestamps
+rounded as HTA does (start up, end down, to whole µs), the last ProfilerStep dropped, and only ``nccl…Kernel``
+names counted as communication, so the numbers can be set beside HTA's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import re
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from llmdiag.collect.torch_trace import CommArgs, CommOp, RankTrace, read_trace
+from llmdiag.engine.loader import load_collectives
+from llmdiag.engine.schema import CollectiveSpec
+from llmdiag.errors import LlmdiagError, TraceFileError, UsageError
+from llmdiag.model import (
+    CollectiveStats,
+    RankStats,
+    Signal,
+    SignalSet,
+    SourceInfo,
+    Straggler,
+    TraceProblem,
+    TraceReport,
+    Window,
+)
+
+Interval = tuple[float, float]
+# messages at least this large are bandwidth-bound; smaller ones measure latency, not the link
+LARGE_MESSAGE_BYTES = 1 << 20
+HTA_COMM_RE = re.compile(r"^nccl.*Kernel")
+# matched collectives whose ends spread more than this (blocking collectives end together) say the clocks differ
+CLOCK_DISAGREE_SECONDS = 0.05
+TRACE_SOURCE = "torch profiler trace"
+# the signals a trace gives the rules (the catalogue test knows them as TRACE_SIGNALS)
+TRACE_SIGNALS = {
+    "trace_gpu_busy_ratio": "derived",
+    "comm_share_of_gpu_time_ratio": "derived",
+    "exposed_comm_share_of_step_ratio": "derived",
+    "comm_compute_overlap_ratio": "derived",
+    "straggler_rank": "derived",
+    "straggler_skew_seconds": "derived",
+    "straggler_skew_share_of_step_ratio": "derived",
+    "collective_bus_bandwidth_bytes_per_second": "derived",
+    "collective_bus_bandwidth_vs_link_ratio": "derived",
+    "expected_link_bus_bandwidth_bytes_per_second": "derived",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# interval arithmetic on sorted, merged lists
+
+
+def merge(intervals: Iterable[Interval]) -> list[Interval]:
+    """The union as sorted, disjoint intervals. Empty and negative ones are dropped."""
+    out: list[list[float]] = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1][1] = end
+        else:
+            out.append([start, end])
+    return [(s, e) for s, e in out]
+
+
+def total(merged: list[Interval]) -> float:
+    return sum(e - s for s, e in merged)
+
+
+def intersection_total(a: list[Interval], b: list[Interval]) -> float:
+    """Length of the overlap of two merged lists, in one pass."""
+    i = j = 0
+    covered = 0.0
+    while i < len(a) and j < len(b):
+        start = max(a[i][0], b[j][0])
+        end = min(a[i][1], b[j][1])
+        if end > start:
+            covered += end - start
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return covered
+
+
+# ---------------------------------------------------------------------------------------------
+# classification
+
+
+@dataclass(frozen=True)
+class _Classifier:
+    spec: CollectiveSpec
+    kernels: tuple[tuple[re.Pattern[str], str, str], ...]
+    ops: re.Pattern[str]
+    devices: tuple[tuple[re.Pattern[str], str], ...]
+
+    def kernel(self, name: str) -> tuple[str, str] | None:
+        """(family, collective from the name or "") for a communication kernel, None for compute."""
+        for pattern, family, collective in self.kernels:
+            if pattern.search(name):
+                return family, collective
+        return None
+
+    def collective(self, name: str | None) -> str:
+        """A collective type from an op or arg name (c10d::allreduce_, nccl:_all_gather_base, allreduce …)."""
+        if not name:
+            return ""
+        key = name.lower().rsplit("::", 1)[-1].rsplit(":", 1)[-1].replace("_", "")
+        for suffix in ("coalesced", "base", "intotensor"):
+            if key.endswith(suffix) and key[: -len(suffix)] in self.spec.names:
+                key = key[: -len(suffix)]
+        return self.spec.names.get(key, "")
+
+    def bus_factor(self, collective: str, n: int | None) -> float | None:
+        rule = self.spec.bus_factor.get(collective)
+        if rule is None or not n:
+            return None
+        return {"2(n-1)/n": 2 * (n - 1) / n, "(n-1)/n": (n - 1) / n, "1": 1.0}[rule]
+
+    def link_for_device(self, device: str) -> str | None:
+        return next((link for pattern, link in self.devices if pattern.search(device)), None)
+
+
+@cache
+def classifier() -> _Classifier:
+    spec = load_collectives()
+    return _Classifier(
+        spec=spec,
+        kernels=tuple((re.compile(k.pattern), k.family, k.collective) for k in spec.kernel),
+        ops=re.compile("|".join(f"(?:{o.pattern})" for o in spec.cpu_op)),
+        devices=tuple((re.compile(d.pattern), d.link) for d in spec.device_link),
+    )
+
+
+def _dims_elements(raw: bytes) -> int | None:
+    """Elements of the first input of an op, from its raw `Input Dims` ([[n, m], …]; a TensorList: [[[n]], …])."""
+    if not raw:
+        return None
+    try:
+        dims = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or not dims[0]:
+        return None
+    first = dims[0]
+    shapes = first if isinstance(first[0], list) else [first]
+    count = 0
+    for shape in shapes:
+        if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
+            return None
+        count += math.prod(shape)
+    return count
+
+
+def _first_type(raw: bytes) -> str | None:
+    if not raw:
+        return None
+    try:
+        types = json.loads(raw)
+    except ValueError:
+        return None
+    return types[0] if isinstance(types, list) and types and isinstance(types[0], str) else None
+
+
+@dataclass
+class _Comm:
+    """One communication kernel (or gloo op) on one rank, resolved."""
+
+    start: float
+    end: float
+    family: str
+    collective: str
+    group: str
+    bytes: float | None
+    group_size: int | None
+    size_source: str
+
+
+def _size(
+    c: _Classifier, collective: str, args: CommArgs | None, op: CommOp | None, world: int | None
+) -> tuple[float | None, int | None, str]:
+    """Message bytes as nccl-tests counts them (the larger of in and out), the group size, and where they came from."""
+    dtype_bytes = c.spec.dtype_bytes
+    group = None
+    for a in (args, op.args if op else None):
+        if a is None:
+            continue
+        group = group or a.group_size or (len(a.pg.strip("[]").split(",")) if a.pg and a.pg.startswith("[") else None)
+        nelems = max(a.in_nelems or 0, a.out_nelems or 0)
+        if nelems and a.dtype in dtype_bytes:
+            source = "kernel args" if a is args else "cpu op args"
+            return float(nelems * dtype_bytes[a.dtype]), group or world, source
+    if op is not None:
+        elements = _dims_elements(op.input_dims)
+        dtype = _first_type(op.input_type) or op.args.dtype
+        if elements and dtype in dtype_bytes:
+            size = float(elements * dtype_bytes[dtype])
+            n = group or world
+            if collective == "all_gather" and n:
+                size *= n  # the input is this rank's shard; nccl-tests counts the gathered output
+            return size, n, "input dims × dtype"
+    return None, group or world, ""
+
+
+def _resolve(t: RankTrace, c: _Classifier, hta: bool) -> tuple[list[_Comm], list[Interval], list[Interval], int]:
+    """Comm records, the comm and compute intervals, and how many comm kernels stayed untyped."""
+    name_class: dict[int, tuple[str, str] | None] = {}
+    for idx, name in enumerate(t.names):
+        if hta:
+            name_class[idx] = ("nccl", "") if HTA_COMM_RE.match(name) else None
+        else:
+            name_class[idx] = c.kernel(name)
+    annotations = sorted(t.gpu_annotations)
+    comms: list[_Comm] = []
+    comm_iv: list[Interval] = []
+    compute_iv: list[Interval] = []
+    untyped = 0
+    world = t.world_size
+    keep = _hta_keep(t) if hta else None
+    enclosing = _Enclosing(t.cpu_comm)
+    for i in range(len(t.gpu_ts)):
+        start, end = t.gpu_ts[i], t.gpu_end[i]
+        if hta:
+            start, end = math.ceil(start), math.floor(end)
+            if keep is not None and not keep(i):
+                continue
+        if t.gpu_kind[i] != 0:
+            continue
+        cls = name_class[t.gpu_name[i]]
+        if cls is None:
+            compute_iv.append((start, end))
+            continue
+        comm_iv.append((start, end))
+        family, collective = cls
+        args = t.kernel_args.get(i)
+        ops = _ops_for(t, i, enclosing)
+        typed = c.collective(args.collective if args else None)
+        for op in ops:
+            typed = typed or c.collective(op.args.collective) or c.collective(op.name)
+        typed = typed or collective
+        if not typed:
+            typed = _annotation_type(c, annotations, start, end, t.gpu_stream[i])
+        if not typed:
+            untyped += 1
+            typed = "unknown"
+        size, group_size, source = None, None, ""
+        for op in ops or [None]:
+            size, group_size, source = _size(c, typed, args, op, world)
+            if size:
+                break
+        op = ops[0] if ops else None
+        size, group_size, source = _size(c, typed, args, op, world)
+        group = (args.pg if args and args.pg else None) or (op.args.pg if op and op.args.pg else None) or "default"
+        comms.append(_Comm(start, end, family, typed, group, size, group_size, source))
+    return comms, comm_iv, compute_iv, untyped
+
+
+class _Enclosing:
+    """The collective-marking CPU ops on each thread, to find those around a launch call."""
+
+    def __init__(self, ops: list[CommOp]) -> None:
+        by_tid: dict[object, list[CommOp]] = defaultdict(list)
+        for op in ops:
+            by_tid[op.tid].append(op)
+        self.ops = {tid: sorted(v, key=lambda o: o.ts) for tid, v in by_tid.items()}
+        self.starts = {tid: [o.ts for o in v] for tid, v in self.ops.items()}
+
+    def around(self, tid: object, ts: float) -> list[CommOp]:
+        """Ops on ``tid`` that contain ``ts``, innermost (latest start) first."""
+        ops = self.ops.get(tid)
+        if not ops:
+            return []
+        i = bisect.bisect_right(self.starts[tid], ts)
+        out = []
+        for op in reversed(ops[max(0, i - 8) : i]):
+            if op.ts <= ts <= op.ts + op.dur:
+                out.append(op)
+        return out
+
+
+def _ops_for(t: RankTrace, i: int, enclosing: _Enclosing) -> list[CommOp]:
+    """The CPU ops behind kernel ``i``: by External id, then by the launch's correlation, then those around the
+    launch call on its thread (older traces, whose runtime External ids do not point at the ops)."""
+    found: list[CommOp] = []
+    op = t.comm_ops.get(t.gpu_ext[i]) if t.gpu_ext[i] >= 0 else None
+    if op is not None:
+        found.append(op)
+    launch = t.launches.get(t.gpu_corr[i]) if t.gpu_corr[i] >= 0 else None
+    if launch is not None:
+        op = t.comm_ops.get(launch[1])
+        if op is not None and op not in found:
+            found.append(op)
+        found += [o for o in enclosing.around(launch[2], launch[0]) if o not in found]
+    return found
+
+
+def _annotation_type(c: _Classifier, annotations: list[tuple[float, float, str, object]], start, end, stream) -> str:
+    """The nccl:* GPU annotation on the same stream that contains the kernel (RCCL's Generic kernels on ROCm)."""
+    for a_start, a_end, name, a_stream in annotations:
+        if a_start > start + 1:
+            break
+        if a_stream == stream and a_start - 1 <= start and end <= a_end + 1:
+            return c.collective(name)
+    return ""
+
+
+def _hta_keep(t: RankTrace) -> Callable[[int], bool] | None:
+    """HTA leaves out the last ProfilerStep (it is often cut short): drop GPU work launched in it."""
+    steps = sorted({s for s in t.steps})
+    if len(steps) < 2:
+        return None
+    cutoff = steps[-1][1]
+
+    def keep(i: int) -> bool:
+        launch = t.launches.get(t.gpu_corr[i]) if t.gpu_corr[i] >= 0 else None
+        return (launch[0] if launch else t.gpu_ts[i]) < cutoff
+
+    return keep
+
+
+def rank_stats(t: RankTrace, hta: bool = False) -> tuple[RankStats, list[_Comm]]:
+    c = classifier()
+    stats = RankStats(rank=t.rank, path=t.path, device=(t.device_names or [""])[0], gpu_events=len(t.gpu_ts))
+    if hta and len({s for s, _, _ in t.steps}) >= 2:
+        stats.dropped_step = max(s for s, _, _ in t.steps)
+    comms, comm_iv, compute_iv, untyped = _resolve(t, c, hta)
+    comms += _gloo(t, c)
+    if len(t.gpu_device) > 1:
+        stats.notes.append(f"GPU activity from {len(t.gpu_device)} devices in one file; counted as one timeline")
+    everything = []
+    keep = _hta_keep(t) if hta else None
+    for i in range(len(t.gpu_ts)):
+        if keep is not None and not keep(i):
+            continue
+        start, end = t.gpu_ts[i], t.gpu_end[i]
+        everything.append((math.ceil(start), math.floor(end)) if hta else (start, end))
+    busy = merge(everything)
+    comm, compute = merge(comm_iv), merge(compute_iv)
+    stats.comm_kernels = len(comm_iv)
+    stats.untyped_comm_kernels = untyped
+    if busy:
+        us = 1e-6
+        span = busy[-1][1] - busy[0][0]
+        busy_t, comm_t, compute_t = total(busy), total(comm), total(compute)
+        both = intersection_total(comm, compute)
+        stats.span_seconds = span * us
+        stats.busy_seconds = busy_t * us
+        stats.busy_ratio = busy_t / span if span > 0 else None
+        stats.comm_seconds = comm_t * us
+        stats.compute_seconds = compute_t * us
+        stats.comm_share_ratio = comm_t / busy_t if busy_t > 0 else None
+        stats.exposed_comm_seconds = (comm_t - both) * us
+        stats.exposed_comm_share_ratio = (comm_t - both) / span if span > 0 else None
+        stats.overlap_ratio = both / comm_t if comm_t > 0 else None
+    else:
+        stats.notes.append("no GPU activity in the trace (a CPU-only run?): GPU shares unavailable")
+    stats.collectives = _collective_stats(comms, c)
+    stats.large_message_busbw_bytes_per_second = _large_busbw(comms, c)
+    if untyped:
+        stats.notes.append(f"{untyped} communication kernels whose collective type nothing in the trace tells")
+    return stats, comms
+
+
+def _gloo(t: RankTrace, c: _Classifier) -> list[_Comm]:
+    """gloo collectives run on the CPU: the gloo:* range on the gloo thread spans the real execution."""
+    out = []
+    for op in t.cpu_comm:
+        if op.name.startswith("gloo:"):
+            typed = c.collective(op.name) or "unknown"
+            size, n, source = _size(c, typed, None, op, t.world_size)
+            out.append(_Comm(op.ts, op.ts + op.dur, "gloo", typed, "default", size, n, source))
+    return out
+
+
+def _collective_stats(comms: list[_Comm], c: _Classifier) -> list[CollectiveStats]:
+    groups: dict[tuple[str, str], list[_Comm]] = defaultdict(list)
+    for x in comms:
+        groups[(x.collective, x.family)].append(x)
+    out = []
+    for (collective, family), items in groups.items():
+        sized = [x for x in items if x.bytes]
+        s = CollectiveStats(
+            collective=collective,
+            family=family,
+            count=len(items),
+            total_seconds=sum(x.end - x.start for x in items) * 1e-6,
+            sized_count=len(sized),
+        )
+        if sized:
+            sizes = [x.bytes or 0.0 for x in sized]
+            seconds = sum(x.end - x.start for x in sized) * 1e-6
+            s.bytes_total = sum(sizes)
+            s.message_bytes_min, s.message_bytes_max = min(sizes), max(sizes)
+            s.size_source = statistics.mode(x.size_source for x in sized)
+            s.group_size = statistics.mode(x.group_size for x in sized) if sized[0].group_size else None
+            if seconds > 0:
+                s.algbw_bytes_per_second = s.bytes_total / seconds
+                factor = c.bus_factor(collective, s.group_size)
+                if factor is not None:
+                    s.busbw_bytes_per_second = s.algbw_bytes_per_second * factor
+        out.append(s)
+    return sorted(out, key=lambda s: -s.total_seconds)
+
+
+def _large_busbw(comms: list[_Comm], c: _Classifier) -> float | None:
+    """Bus bandwidth over the large messages: bytes × factor summed, over their kernel time."""
+    moved = seconds = 0.0
+    for x in comms:
+        if x.family == "gloo" or not x.bytes or x.bytes < LARGE_MESSAGE_BYTES:
+            continue
+        factor = c.bus_factor(x.collective, x.group_size)
+        if factor is None or x.end <= x.start:
+            continue
+        moved += x.bytes * factor
+        seconds += (x.end - x.start) * 1e-6
+    return moved / seconds if seconds > 0 else None
+
+
+# ---------------------------------------------------------------------------------------------
+# across ranks
+
+
+def _abs_offset_us(t: RankTrace) -> float:
+    """What to add to a rank's ts to put it on the epoch (µs): baseTimeNanoseconds, or 0 when ts already is."""
+    base = t.base_time_ns
+    return base / 1000.0 if base else 0.0
+
+
+def find_straggler(
+    traces: list[RankTrace], comms: dict[int, list[_Comm]], spans: dict[int, tuple[float, float]]
+) -> tuple[Straggler | None, str, list[TraceProblem]]:
+    """Match the k-th collective of each (group, type) across ranks; the rank that starts them last is the straggler."""
+    problems: list[TraceProblem] = []
+    ranks = sorted(comms)
+    if len(ranks) < 2:
+        return None, "one rank: no cross-rank comparison", problems
+    offsets = {t.rank: _abs_offset_us(t) for t in traces if t.rank in comms}
+    windows = {r: (spans[r][0] + offsets[r], spans[r][1] + offsets[r]) for r in ranks if r in spans}
+    if len(windows) == len(ranks):
+        latest_start = max(w[0] for w in windows.values())
+        earliest_end = min(w[1] for w in windows.values())
+        if latest_start > earliest_end:
+            gap = (latest_start - earliest_end) * 1e-6
+            problems.append(
+                TraceProblem(
+                    kind="warning",
+                    message=f"the ranks' traces do not overlap in time (apart by {gap:.3g} s): no common time base "
+                    "(clock skew between hosts, or captures of different moments); cross-rank analysis skipped",
+                    hint="capture all ranks in one profiler window, on hosts with synchronised clocks (NTP/PTP)",
+                )
+            )
+            return None, "no common time base: cross-rank analysis skipped", problems
+    per_key: dict[tuple[str, str], dict[int, list[_Comm]]] = defaultdict(lambda: defaultdict(list))
+    for r in ranks:
+        for x in sorted(comms[r], key=lambda x: x.start):
+            if x.family != "gloo":
+                per_key[(x.group, x.collective)][r].append(x)
+    lateness: dict[int, list[float]] = defaultdict(list)
+    latest_count: dict[int, int] = defaultdict(int)
+    skew_vs_median: dict[int, list[float]] = defaultdict(list)
+    end_spreads: list[float] = []
+    spreads: list[float] = []
+    matched = 0
+    uneven = []
+    for key, by_rank in per_key.items():
+        if set(by_rank) != set(ranks):
+            continue  # a group this set of ranks does not all take part in
+        counts = {len(v) for v in by_rank.values()}
+        if len(counts) > 1:
+            uneven.append(f"{key[1]} ({min(counts)}–{max(counts)})")
+        for k in range(min(counts)):
+            starts = {r: by_rank[r][k].start + offsets[r] for r in ranks}
+            ends = [by_rank[r][k].end + offsets[r] for r in ranks]
+            earliest = min(starts.values())
+            last = max(starts, key=lambda r: starts[r])
+            latest_count[last] += 1
+            spreads.append(starts[last] - earliest)
+            end_spreads.append(max(ends) - min(ends))
+            for r, s in starts.items():
+                lateness[r].append(s - earliest)
+                skew_vs_median[r].append(s - statistics.median(v for q, v in starts.items() if q != r))
+            matched += 1
+    if not matched:
+        return None, "no collective is common to all the ranks given", problems
+    note = f"{matched} collectives matched across {len(ranks)} ranks by process group, type and order"
+    if uneven:
+        note += f"; counts differ between ranks for {', '.join(uneven)}: matched the common prefix"
+    if statistics.median(end_spreads) * 1e-6 > CLOCK_DISAGREE_SECONDS:
+        problems.append(
+            TraceProblem(
+                kind="warning",
+                message=f"matched collectives end {statistics.median(end_spreads) * 1e-3:.1f} ms apart across ranks "
+                "(they should end together): the ranks' clocks disagree, or the traces hold different collectives "
+                "(sampled or cut captures); straggler not named",
+                hint="capture on hosts whose clocks are synchronised (NTP/PTP)",
+            )
+        )
+        return None, note, problems
+    mean_late = {r: statistics.fmean(v) for r, v in lateness.items()}
+    order = sorted(ranks, key=lambda r: (mean_late[r], latest_count[r]), reverse=True)
+    worst = order[0]
+    straggler = Straggler(
+        rank=worst,
+        latest_count=latest_count[worst],
+        matched=matched,
+        skew_seconds=max(0.0, statistics.fmean(skew_vs_median[worst])) * 1e-6,
+        max_skew_seconds=max(spreads) * 1e-6,
+        lateness_seconds={r: round(v * 1e-6, 9) for r, v in sorted(mean_late.items())},
+        runner_up=order[1] if len(order) > 1 else None,
+    )
+    return straggler, note, problems
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole job
+
+
+def trace_files(paths: list[Path]) -> list[Path]:
+    """Files as given, and every *.json / *.json.gz inside the directories given."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
+        elif path.exists():
+            found.append(path)
+        else:
+            raise UsageError(f"{path}: no such file or directory", "give trace files or folders that hold them")
+    if not found:
+        raise UsageError(
+            f"no *.json or *.json.gz trace files in {', '.join(str(p) for p in paths)}",
+            "point at the folder torch.profiler wrote to (e.g. VLLM_TORCH_PROFILER_DIR)",
+        )
+    return found
+
+
+def _job_key(t: RankTrace) -> tuple:
+    devices = t.device_names
+    return (t.world_size, str(t.distributed.get("backend", "")), devices[0] if devices else "")
+
+
+def _group_job(traces: list[RankTrace], problems: list[TraceProblem]) -> list[RankTrace]:
+    """Keep one job: the largest group of traces that agree on world size, backend and GPU; one trace per rank."""
+    groups: dict[tuple, list[RankTrace]] = defaultdict(list)
+    for t in traces:
+        groups[_job_key(t)].append(t)
+    job = max(groups.values(), key=len)
+    if len(groups) > 1:
+        for key, members in groups.items():
+            if members is job:
+                continue
+            for t in members:
+                problems.append(
+                    TraceProblem(
+                        kind="error",
+                        path=t.path,
+                        message=f"{t.path}: from another job (world size {key[0]}, backend '{key[1]}', GPU "
+                        f"'{key[2]}'; the others: world size {_job_key(job[0])[0]}, GPU '{_job_key(job[0])[2]}'): "
+                        "left out",
+                        hint="give one job's traces at a time (one folder per profiling run)",
+                    )
+                )
+    kept: dict[int | None, RankTrace] = {}
+    out = []
+    for i, t in enumerate(job):
+        rank = t.rank if t.rank is not None else -(i + 1)  # no rank in the file: its own slot
+        if rank in kept:
+            problems.append(
+                TraceProblem(
+                    kind="error",
+                    path=t.path,
+                    message=f"{t.path}: rank {rank} again (also {kept[rank].path}): two jobs or two captures mixed; "
+                    "the first is kept",
+                    hint="give one job's traces at a time (one folder per profiling run)",
+                )
+            )
+            continue
+        kept[rank] = t
+        out.append(t)
+    return out
+
+
+def analyze(paths: list[Path], link: str | None = None, hta_compat: bool = False) -> TraceReport:
+    from llmdiag.engine.links import expected_bus_bandwidth_bytes_per_second
+
+    files = trace_files(paths)
+    report = TraceReport(paths=[str(p) for p in paths], hta_compat=hta_compat)
+    c = classifier()
+    traces: list[RankTrace] = []
+    began = time.perf_counter()
+    for path in files:
+        try:
+            traces.append(read_trace(path, c.ops))
+        except TraceFileError as error:
+            report.problems.append(TraceProblem(kind="error", path=str(path), message=error.message, hint=error.hint))
+        report.bytes_read += path.stat().st_size if path.exists() else 0
+    report.parse_seconds = time.perf_counter() - began
+    if not traces:
+        return report
+    traces = _group_job(traces, report.problems)
+    traces.sort(key=lambda t: (t.rank is None, t.rank if t.rank is not None else 0, t.path))
+    world = traces[0].world_size
+    report.world_size = world
+    present = {t.rank for t in traces if t.rank is not None}
+    if world and len(present) < world:
+        missing = sorted(set(range(world)) - present)
+        shown = ", ".join(map(str, missing[:16])) + (" …" if len(missing) > 16 else "")
+        report.problems.append(
+            TraceProblem(
+                kind="warning",
+                message=f"{len(present)} of {world} ranks given (missing: {shown}): the cross-rank analysis covers "
+                "only these",
+                hint="give every rank's trace (one file per rank) to compare them all",
+            )
+        )
+    comms: dict[int, list[_Comm]] = {}
+    spans: dict[int, tuple[float, float]] = {}
+    for t in traces:
+        stats, rank_comms = rank_stats(t, hta_compat)
+        report.ranks.append(stats)
+        if t.rank is not None and len(t.gpu_ts):
+            comms[t.rank] = rank_comms
+            spans[t.rank] = (min(t.gpu_ts), max(t.gpu_end))
+    usable = [t for t in traces if t.rank in comms]
+    report.straggler, report.cross_rank, more = find_straggler(usable, comms, spans)
+    report.problems += more
+    if link:
+        report.link, report.link_source = link, "--link"
+    else:
+        device = next((t.device_names[0] for t in traces if t.device_names), "")
+        guessed = c.link_for_device(device) if device else None
+        if guessed:
+            report.link, report.link_source = guessed, f"deviceProperties: {device}"
+    if report.link:
+        report.expected_busbw_bytes_per_second = expected_bus_bandwidth_bytes_per_second(report.link)
+        if report.expected_busbw_bytes_per_second is None and report.link_source == "--link":
+            raise UsageError(f"--link {link}: not a link class llmdiag knows", "see probes/links.toml for the names")
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# signals for the rules
+
+
+def _derived(name: str, unit: str, value: float | None, reason: str, by_series: dict[str, float] | None = None):
+    if value is None:
+        return Signal.missing(name, "derived", unit, reason, source=TRACE_SOURCE)
+    return Signal(
+        name=name,
+        kind="derived",
+        unit=unit,
+        stats={"value": value},
+        source=TRACE_SOURCE,
+        verify="llmdiag trace PATH…  # per-rank table; open the files in https://ui.perfetto.dev to see the streams",
+        by_series=by_series or {},
+    )
+
+
+def trace_signals(report: TraceReport) -> SignalSet:
+    """The report as signals: worst rank for shares and bandwidth, per-rank values in by_series."""
+    signals = SignalSet(window=Window(kind="window", note="profiler trace capture"))
+    ranks = [r for r in report.ranks if r.busy_seconds]
+    label = {id(r): f"rank {r.rank}" if r.rank is not None else r.path for r in ranks}
+
+    def worst(attr: str, pick=max) -> tuple[float | None, dict[str, float]]:
+        values = {label[id(r)]: getattr(r, attr) for r in ranks if getattr(r, attr) is not None}
+        return (pick(values.values()) if values else None), values
+
+    no_gpu = "the trace has no GPU activity"
+    value, series = worst("busy_ratio", min)
+    signals.add(_derived("trace_gpu_busy_ratio", "ratio", value, no_gpu, series))
+    value, series = worst("comm_share_ratio")
+    signals.add(_derived("comm_share_of_gpu_time_ratio", "ratio", value, no_gpu, series))
+    value, series = worst("exposed_comm_share_ratio")
+    signals.add(_derived("exposed_comm_share_of_step_ratio", "ratio", value, no_gpu, series))
+    value, series = worst("overlap_ratio", min)
+    signals.add(_derived("comm_compute_overlap_ratio", "ratio", value, "no communication kernels", series))
+    s = report.straggler
+    why = report.cross_rank or "one rank"
+    signals.add(_derived("straggler_rank", "rank", float(s.rank) if s else None, why))
+    signals.add(_derived("straggler_skew_seconds", "seconds", s.skew_seconds if s else None, why))
+    spans = [r.span_seconds for r in ranks if r.span_seconds]
+    share = s.skew_seconds / statistics.median(spans) if s and spans else None
+    signals.add(_derived("straggler_skew_share_of_step_ratio", "ratio", share, why))
+    value, series = worst("large_message_busbw_bytes_per_second", min)
+    no_large = f"no collective of {LARGE_MESSAGE_BYTES >> 20} MiB or more with a known size"
+    signals.add(_derived("collective_bus_bandwidth_bytes_per_second", "bytes_per_second", value, no_large, series))
+    expected = report.expected_busbw_bytes_per_second
+    no_link = "the link is unknown: pass --link (nvlink4, pcie4x16, ib-ndr …)"
+    signals.add(_derived("expected_link_bus_bandwidth_bytes_per_second", "bytes_per_second", expected, no_link))
+    ratio = value / expected if value is not None and expected else None
+    signals.add(_derived("collective_bus_bandwidth_vs_link_ratio", "ratio", ratio, no_large if expected else no_link))
+    signals.sources.append(
+        SourceInfo(probe="torch_trace", url=", ".join(report.paths), note=f"{len(report.ranks)} rank trace(s)")
+    )
+    return signals
+
+
+def problems_as_error(report: TraceReport) -> LlmdiagError | None:
+    """The first error-kind problem as the error the CLI reports (after the partial results)."""
+    errors = [p for p in report.problems if p.kind == "error"]
+    if not errors:
+        return None
+    more = f" (and {len(errors) - 1} more problem(s) above)" if len(errors) > 1 else ""
+    return TraceFileError(errors[0].message + more, errors[0].hint or None)
