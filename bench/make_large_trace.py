@@ -35,7 +35,7 @@ DEFAULT_SOURCE = "param-dlrm-8rank"
 DEFAULT_OUT = Path("/tmp/llmdiag-large-trace")
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 ID_ARGS = ("correlation", "External id")
-STAMP = ".make_large_trace.json"
+STAMP = ".stamp.json"
 
 
 def load(path: Path) -> dict:
@@ -138,7 +138,7 @@ def ensure(out_dir: Path = DEFAULT_OUT, target_mb: float = 500, ranks: int = 2, 
            gap_us: float = 100.0) -> list[dict]:  # fmt: skip
     """The large set in ``out_dir``, reusing it when its stamp names the same arguments and the files are there."""
     args = {"source": source, "ranks": ranks, "mb": target_mb, "gap_us": gap_us, "version": 2}
-    stamp = out_dir / STAMP
+    stamp = out_dir.parent / f"{out_dir.name}{STAMP}"  # beside the set, not in it: both tools read every *.json there
     if stamp.is_file():
         saved = json.loads(stamp.read_text())
         if saved.get("args") == args and all(Path(w["path"]).stat().st_size == w["bytes"]

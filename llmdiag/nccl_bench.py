@@ -581,6 +581,8 @@ def build_signals(report: dict[str, Any]) -> Any:
     )
     derived("collective_message_bytes", "bytes", float(head.size_bytes) if head else None, no_run)
     expected = report["link"].get("expected_bus_bandwidth_bytes_per_second")
+    link_why = report["link"].get("unavailable") or "no link class"
+    derived("expected_link_bus_bandwidth_bytes_per_second", "bytes_per_second", expected, f"unavailable: {link_why}")
     if head and expected:
         derived(
             "collective_bus_bandwidth_vs_link_ratio",

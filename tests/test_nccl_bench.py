@@ -17,6 +17,7 @@ from llmdiag.nccl_bench import (
     build_signals,
     bus_factor,
     element_count,
+    judge,
     measurement,
     parse_sizes,
 )
@@ -73,6 +74,15 @@ def test_signals_carry_the_ratio_to_the_link_or_say_why_not():
     missing = build_signals(_report(None)).get("collective_bus_bandwidth_vs_link_ratio")
     assert missing.stat("value") is None and "no NVML" in missing.unavailable
     assert isinstance(Measurement(**vars(measurement("all_gather", 8, 2, 2, [(1.0, 1.0)]))), Measurement)
+
+
+def test_a_slow_link_fires_the_network_rule_and_a_healthy_one_does_not():
+    slow = _report(360e9)
+    slow["results"] = [vars(measurement("all_reduce", 1024**3, 1024**3 // 4, 8, [(0.1, 0.1)]))]  # ~19 GB/s busbw
+    codes = [f["code"] for f in judge(slow)["findings"]]
+    assert "NET009" in codes
+    assert "NET009" not in [f["code"] for f in judge(_report(360e9))["findings"]]  # ~188 GB/s: 52 %
+    assert "NET009" not in [f["code"] for f in judge(_report(None))["findings"]]  # no link: skipped, not fired
 
 
 # ---------------------------------------------------------------------------------------------------------------
