@@ -299,3 +299,28 @@ def test_pushgateway_receives_the_metrics(healthy: LoadedSim):
     refused = run_cli("check", *healthy.args(), *WINDOW, "--no-history", "--pushgateway",
                       f"http://127.0.0.1:{closed_port()}")  # fmt: skip
     assert refused.returncode == 3 and "UNKNOWN: push to http://127.0.0.1:" in refused.stdout
+
+
+def test_history_shows_the_trend_per_target_and_missing_values_as_unavailable(tmp_path: Path):
+    import json
+
+    db = tmp_path / "h.sqlite"
+    now = time.time()
+    History.open(db).record([
+        CheckRow(at_unix=now - 7200, target="gpu-a", url="http://a:8000", state="OK", bottleneck="healthy",
+                 ttft_p95_seconds=0.2, tpot_p95_seconds=None, generation_tokens_per_second=1000.0),
+        CheckRow(at_unix=now - 3600, target="gpu-a", url="http://a:8000", state="WARNING", bottleneck="healthy",
+                 ttft_p95_seconds=0.4, generation_tokens_per_second=900.0, findings="REG001:warning"),
+        CheckRow(at_unix=now - 60, target="gpu-b", url="http://b:8000", state="UNKNOWN", error="connection refused"),
+        CheckRow(at_unix=now - 30 * 86400, target="gpu-a", url="http://a:8000", state="OK", bottleneck="healthy"),
+    ])  # fmt: skip
+    result = run_cli("history", "--history", str(db), "--since", "7d")
+    assert result.returncode == 0, result.stderr
+    assert "gpu-a (http://a:8000): 2 checks in the last 7d: 1 OK, 1 WARNING" in result.stdout
+    assert "TTFT p95  median 0.300 s, latest 0.400 s (+33% vs median)" in result.stdout
+    assert "TPOT p95  tpot_p95_seconds: unavailable" in result.stdout
+    assert "REG001:warning" in result.stdout and "error: connection refused" in result.stdout
+    rows = json.loads(run_cli("history", "--history", str(db), "--target", "gpu-b", "--json").stdout)
+    assert [r["state"] for r in rows] == ["UNKNOWN"] and rows[0]["ttft_p95_seconds"] is None
+    bad = run_cli("history", "--history", str(db), "--since", "a week")
+    assert bad.returncode == 2 and "e.g. 30m, 12h, 7d, 2w" in bad.stderr

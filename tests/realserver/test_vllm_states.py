@@ -55,6 +55,7 @@ class Scan:
     def __init__(self, rc: int, data: dict, stdout: str, stderr: str) -> None:
         self.rc, self.data, self.stdout, self.stderr = rc, data, stdout, stderr
         self.again: Scan | None = None
+        self.check: subprocess.CompletedProcess[str] | None = None  # `llmdiag check` under the same load
 
     def signal(self, name: str) -> dict:
         assert name in self.data["signals"], self.describe(f"signal {name} missing")
@@ -145,11 +146,21 @@ def check_structure(scan: Scan) -> None:
         assert signals[name]["unavailable"] is None, scan.describe(f"{name} unavailable")
 
 
+CHECK_SECONDS = 10
+
+
+def run_check(server: VllmServer, out: Path) -> subprocess.CompletedProcess[str]:
+    """`llmdiag check` as cron runs it: the Nagios status line, a textfile and a history, in ``out``."""
+    cmd = [sys.executable, "-m", "llmdiag", "check", server.base_url, "--duration", str(CHECK_SECONDS),
+           "--textfile", str(out), "--history", str(out / "history.sqlite")]
+    return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=CHECK_SECONDS + 180)
+
+
 def drive_and_scan(
-    server: VllmServer, spec: StateSpec, again_seconds: int | None = None
+    server: VllmServer, spec: StateSpec, again_seconds: int | None = None, check_in: Path | None = None
 ) -> tuple[Scan, Load | None]:
     """Drive the state's load and scan it. With ``again_seconds``, scan a second time under the same
-    load and attach that result as ``scan.again``."""
+    load and attach that result as ``scan.again``; with ``check_in``, run `llmdiag check` too (``scan.check``)."""
     assert server.is_running(), f"server died before the test\n{server.log_tail()}"
     if spec.users == 0:
         return run_scan(server), None
@@ -160,6 +171,7 @@ def drive_and_scan(
         assert load.running, f"load ended early: {load.error!r} {load.stats.as_dict()}"
         scan = run_scan(server)
         scan.again = run_scan(server, duration=again_seconds) if again_seconds else None
+        scan.check = run_check(server, check_in) if check_in is not None else None
         still_running = load.running
     assert load.error is None, f"load generator crashed: {load.error!r}"
     assert still_running, f"load ended before the scan did: {load.stats.as_dict()}"
@@ -200,9 +212,21 @@ def test_idle(default_server: VllmServer) -> None:
     assert "canary requests" in scan.data["summary"], scan.describe("idle summary does not mention the canaries")
 
 
-def test_healthy(default_server: VllmServer) -> None:
+def assert_check(scan: Scan, exit_code: int, head: str, out: Path) -> None:
+    """The check under the same load: its Nagios exit code, its status line, and a textfile that parses."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    check = scan.check
+    assert check is not None
+    context = f"check exit {check.returncode}\n{check.stdout}\n{check.stderr[-2000:]}"
+    assert check.returncode == exit_code and check.stdout.startswith(head), context
+    families = {f.name: f.samples for f in text_string_to_metric_families((out / "llmdiag.prom").read_text())}
+    assert [s.value for s in families["llmdiag_check_state"]] == [exit_code], context
+
+
+def test_healthy(default_server: VllmServer, tmp_path: Path) -> None:
     spec = STATES["healthy"]
-    scan, load = drive_and_scan(default_server, spec)
+    scan, load = drive_and_scan(default_server, spec, check_in=tmp_path)
     assert load is not None and load.stats.ok > 0, load.stats.as_dict()
     assert load.stats.errors_total == 0, load.stats.as_dict()
     assert_bottleneck(scan, "healthy")
@@ -210,6 +234,7 @@ def test_healthy(default_server: VllmServer) -> None:
     assert scan.stat("generation_tokens_per_second", "rate") > 0, scan.describe("no tokens")
     assert scan.stat("preemptions_per_second", "rate") == 0, scan.describe("preemptions")
     assert not scan.findings("memory"), scan.describe("memory finding on a healthy server")
+    assert_check(scan, 0, "LLMDIAG OK - healthy: ", tmp_path)
 
 
 def test_scheduling(tiny_model: Path) -> None:
@@ -252,10 +277,10 @@ def test_load_sweep_on_max_num_seqs_2_finds_the_knee(tiny_model: Path) -> None:
     assert report["knee"]["users"] == 32 and report["knee"]["bottleneck"] == "scheduling", report["knee"]
 
 
-def test_memory(tiny_model: Path) -> None:
+def test_memory(tiny_model: Path, tmp_path: Path) -> None:
     spec = STATES["memory"]
     with start_server(spec, tiny_model) as server:
-        scan, load = drive_and_scan(server, spec)
+        scan, load = drive_and_scan(server, spec, check_in=tmp_path)
     assert_bottleneck(scan, "memory")
     assert scan.data["findings"][0]["code"] == "MEM001", scan.describe("MEM001 is not the primary finding")
     numbers = finding_evidence(scan, "MEM001")
@@ -263,6 +288,7 @@ def test_memory(tiny_model: Path) -> None:
     assert numbers[("preemptions_per_second", "rate")] > 0, scan.describe("no preemptions")
     assert numbers[("requests_waiting_avg", "value")] > 1, scan.describe("nothing waits")
     assert numbers[("kv_cache_usage_ratio", "max")] >= 0.6, scan.describe("KV not full")
+    assert_check(scan, 2, "LLMDIAG CRITICAL - memory: ", tmp_path)
 
 
 def test_admission(tiny_model: Path) -> None:
