@@ -747,14 +747,14 @@ def _url_targets(urls: list[str]):
 @app.command()
 def check(
     urls: Annotated[
-        list[str] | None, typer.Argument(help="Servers' base URLs. None: the [[targets]] of llmdiag.toml.")
+        list[str] | None, typer.Argument(help="Servers' base URLs. None: every \\[\\[targets]] entry of llmdiag.toml.")
     ] = None,
     target: Annotated[
         list[str] | None, typer.Option("--target", "-t", help="Only this target of the config (repeatable).")
     ] = None,
     duration: Annotated[
         float | None,
-        typer.Option("--duration", "-d", help="Seconds to watch each target (default: [check] window_seconds, 10).",
+        typer.Option("--duration", "-d", help="Seconds to watch each target (default: \\[check] window_seconds, 10).",
                      min=1.0),
     ] = None,
     metrics_url: MetricsUrlOpt = None,
@@ -778,7 +778,7 @@ def check(
     ] = None,
     history: Annotated[
         Path | None,
-        typer.Option("--history", help="The SQLite history (default: [check] history, or "
+        typer.Option("--history", help="The SQLite history (default: \\[check] history, or "
                      "$XDG_STATE_HOME/llmdiag/history.sqlite)."),
     ] = None,
     no_history: Annotated[
