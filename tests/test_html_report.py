@@ -237,6 +237,9 @@ def test_load_sweep_report_draws_the_sweep(tmp_path):
     assert html.stat().st_size < MAX_REPORT_BYTES
     text = html.read_text()
     assert "The server at each level" in text and text.count('class="point-verdict"') == 2
+    md = run_cli("report", str(result), "--markdown")
+    assert md.returncode == 0 and md.stdout.startswith("**llmdiag load**"), md.stderr
+    assert len([line for line in md.stdout.splitlines() if re.match(r"\| (1|4) \|", line)]) == 2
     browser.require()
     with browser.open_file(html) as visit:
         assert_charts_drawn(visit, SWEEP_CHARTS)
@@ -297,3 +300,23 @@ def test_the_committed_example_is_current():
     hint = "regenerate reports/examples with the commands in the README section 'Reports'"
     assert (examples / "memory.html").read_text() == render_html(verdict), hint
     assert (examples / "memory.md").read_text() == render_markdown(verdict), hint
+
+
+def test_one_dump_draws_what_it_has_and_says_what_it_lacks(tmp_path):
+    """analyze of a single recorded vLLM page: gauges are one point; rates and GPU charts are 'unavailable'."""
+    from tests.conftest import FIXTURES
+
+    html = tmp_path / "one-dump.html"
+    run = run_cli("analyze", str(FIXTURES / "vllm-0.32.0" / "memory" / "scrape-06.prom"), "--html", str(html),
+                  "--fail-on", "never")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    text = html.read_text()
+    assert 'id="chart-preemptions"' not in text and 'id="chart-gpu_util"' not in text
+    missing = re.findall(r'data-unavailable="1">([^<]*)<', text)
+    assert len(missing) == 4 and all(m.startswith("unavailable: ") for m in missing), missing
+    assert "one scrape has no interval" in text and "no GPU telemetry in this result" in text
+    browser.require()
+    with browser.open_file(html) as visit:
+        assert_clean_visit(visit, html)
+        drawn = visit.page.locator("[data-rendered='1']").count()
+        assert drawn == visit.page.locator(".chart").count() == 4  # requests, KV, TTFT, ITL

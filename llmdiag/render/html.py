@@ -133,11 +133,16 @@ TIME_CHARTS: list[tuple[str, str, str, float, list[tuple[str, str]]]] = [
 DISTRIBUTIONS = [("ttft", "Time to first token", "ttft_seconds"), ("itl", "Inter-token latency", "itl_seconds")]
 
 
-def _why_missing(signal: Signal | None, name: str) -> str:
+GPU_HINT = "no GPU telemetry in this result (scan with --dcgm-url URL, or on the GPU host where NVML sees the GPUs)"
+
+
+def _why_missing(signal: Signal | None, name: str, scrapes: int = 0) -> str:
     if signal is None:
         return f"{name}: not collected in this scan"
     if signal.unavailable is not None:
         return f"{name}: {signal.unavailable}"
+    if scrapes < 2 and signal.kind == "counter":
+        return f"{name}: one scrape has no interval to take a rate over"
     return f"{name}: no per-scrape samples recorded"
 
 
@@ -148,11 +153,15 @@ def _time_chart(verdict: Verdict, chart_id: str, title: str, y_label: str, scale
     for name, label in wanted:
         signal = verdict.signals.get(name)
         if signal is None or signal.unavailable is not None or not signal.samples:
-            chart.missing.append(_why_missing(signal, name))
+            chart.missing.append(_why_missing(signal, name, verdict.window.scrapes))
             continue
         present.append((label, {t: v * scale for t, v in signal.samples}))
     if not present:
-        chart.unavailable = "; ".join(chart.missing)
+        gpu_only = all(name.startswith(("gpu_", "sm_", "tensor_", "dram_")) for name, _ in wanted)
+        if gpu_only and all(verdict.signals.get(name) is None for name, _ in wanted):
+            chart.unavailable = GPU_HINT
+        else:
+            chart.unavailable = "; ".join(chart.missing)
         chart.missing = []
         return chart
     start = verdict.window.start_unix
