@@ -65,4 +65,5 @@ def test_a_result_without_samples_or_buckets_draws_unavailable_boxes_not_empty_c
     charts = {c.id: c for c in scan_charts(verdict)}
     assert all(c.unavailable for c in charts.values())
     assert "no bucket data" in (charts["ttft"].unavailable or "")
-    assert "not exposed" in (charts["gpu_util"].unavailable or "") or "not collected" in charts["gpu_util"].unavailable
+    assert "no GPU telemetry" in (charts["gpu_util"].unavailable or "")  # the vLLM probe alone has no GPU signals
+    assert "no per-scrape samples" in (charts["preemptions"].unavailable or "")
