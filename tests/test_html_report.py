@@ -320,3 +320,11 @@ def test_one_dump_draws_what_it_has_and_says_what_it_lacks(tmp_path):
         assert_clean_visit(visit, html)
         drawn = visit.page.locator("[data-rendered='1']").count()
         assert drawn == visit.page.locator(".chart").count() == 4  # requests, KV, TTFT, ITL
+
+
+def test_an_unwritable_html_path_is_one_clean_error(tmp_path):
+    from tests.conftest import FIXTURES
+
+    dump = FIXTURES / "vllm-0.32.0" / "memory" / "scrape-06.prom"
+    error, hint = assert_clean_error(run_cli("analyze", str(dump), "--html", str(tmp_path / "no" / "such" / "r.html")))
+    assert "cannot write" in error and "--html" in hint
