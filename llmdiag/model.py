@@ -312,12 +312,16 @@ class CollectiveStats(BaseModel):
 
 
 class RankStats(BaseModel):
-    """One rank's GPU time. Shares are of the union of busy time or of the span, as named."""
+    """One rank's GPU time (CPU time on a CPU-only run: see ``timeline``). Shares are of the union of busy time or of
+    the span, as named."""
 
     rank: int | None
     path: str
     device: str = ""
     gpu_events: int = 0
+    # what busy/comm/compute are measured on: "gpu" (kernels), "cpu" (a CPU-only run: gloo:* ranges are comm, the
+    # cpu_ops of the other threads compute), None when the trace has neither
+    timeline: Literal["gpu", "cpu"] | None = None
     span_seconds: float | None = None  # first GPU activity start to last end, all streams
     busy_seconds: float | None = None  # union of kernels, memcpy and memset
     busy_ratio: float | None = None  # busy / span

@@ -7,7 +7,12 @@ correlation map, the few CPU ops that mark collectives, and the ProfilerStep ran
 (``distributedInfo``, ``deviceProperties``, ``baseTimeNanoseconds`` …) are read in whatever order they come.
 
 Where a cut lands inside a string or a nested object, decoding that slice fails; the reader then cuts at the
-previous candidate boundary, so a wrong cut can cost time but never a wrong event.
+previous candidate boundary, so a wrong cut can cost time but never a wrong event (``chunk_bytes`` lets a test
+cut everywhere).
+
+CPU-only runs (gloo) have no GPU activity: until the first GPU event, the reader also keeps the union of the
+``cpu_op`` ranges per thread (merged as they come, so nested ops cost nothing), the CPU timeline the analysis
+uses instead; the first GPU event drops it.
 """
 
 from __future__ import annotations
@@ -123,6 +128,9 @@ class RankTrace:
     gpu_annotations: list[tuple[float, float, str, Any]] = field(default_factory=list)
     # ProfilerStep#N ranges on the CPU: (step, start, end)
     steps: list[tuple[int, float, float]] = field(default_factory=list)
+    # CPU-only traces: per thread, the union of cpu_op ranges that do not mark a collective, as [start, end] pairs
+    # (kept only while the trace shows no GPU activity)
+    cpu_busy: dict[Any, list[list[float]]] = field(default_factory=dict)
     events: int = 0
     skipped_events: int = 0
 
@@ -184,6 +192,8 @@ class _Sink:
         self.t = trace
         self.op_pattern = op_pattern
         self.name_ids: dict[str, int] = {}
+        # the CPU timeline is kept until GPU activity shows up (or deviceProperties lists a GPU)
+        self.cpu_timeline = True
 
     def add(self, events: list[_Event]) -> None:
         t = self.t
@@ -220,6 +230,9 @@ class _Sink:
                     t.gpu_device.add(e.pid)
                 if a is not None and a.collective is not None:
                     t.kernel_args[i] = _comm_args(a)
+                if self.cpu_timeline:
+                    self.cpu_timeline = False
+                    t.cpu_busy.clear()
             elif cat in LAUNCH_CATS:
                 a = e.args
                 if a is not None and a.correlation is not None:
@@ -237,11 +250,29 @@ class _Sink:
                         t.steps.append((int(m.group(1)), e.ts, e.ts + e.dur))
                 elif self.op_pattern.search(name):
                     self._comm_op(e, name, cat)
+                elif self.cpu_timeline and cat == "cpu_op":
+                    self._cpu_op(e)
             elif cat == "gpu_user_annotation":
                 name = e.name
                 timed = isinstance(e.ts, (int, float)) and isinstance(e.dur, (int, float))
                 if timed and isinstance(name, str) and name.startswith(("nccl:", "gloo:")):
                     t.gpu_annotations.append((e.ts, e.ts + e.dur, name, e.tid))
+
+    def _cpu_op(self, e: _Event) -> None:
+        ts, dur = e.ts, e.dur
+        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or dur <= 0:
+            return
+        end = ts + dur
+        spans = self.t.cpu_busy.get(e.tid)
+        if spans is None:
+            self.t.cpu_busy[e.tid] = [[ts, end]]
+            return
+        last = spans[-1]
+        if last[0] <= ts <= last[1]:  # nested in, or running on from, the last range: the union grows in place
+            if end > last[1]:
+                last[1] = end
+        else:
+            spans.append([ts, end])
 
     def _comm_op(self, e: _Event, name: str, cat: str) -> None:
         a = e.args
@@ -279,19 +310,20 @@ def _open(path: Path) -> IO[bytes]:
 class _Reader:
     """A byte buffer over the (decompressed) stream with a read position."""
 
-    def __init__(self, stream: IO[bytes], path: str) -> None:
+    def __init__(self, stream: IO[bytes], path: str, chunk_bytes: int = CHUNK_BYTES) -> None:
         self.stream = stream
         self.path = path
+        self.chunk_bytes = chunk_bytes
         self.buf = b""
         self.pos = 0
         self.eof = False
 
-    def fill(self, want: int = CHUNK_BYTES) -> bool:
-        """Append up to ``want`` more bytes; False at end of stream."""
+    def fill(self, want: int | None = None) -> bool:
+        """Append up to ``want`` (default: a chunk) more bytes; False at end of stream."""
         if self.eof:
             return False
         try:
-            more = self.stream.read(want)
+            more = self.stream.read(want or self.chunk_bytes)
         except EOFError:
             raise TraceFileError(
                 f"{self.path}: the gzip stream ends early (the file is truncated)",
@@ -367,7 +399,7 @@ def _events(r: _Reader, sink: _Sink) -> None:
         first = False
         while not _decode_run(r, sink):
             # no complete event in the buffer: the event is longer than the buffer, or the stream ended
-            if not r.fill(max(CHUNK_BYTES, len(r.buf))):
+            if not r.fill(max(r.chunk_bytes, len(r.buf))):
                 raise TraceFileError(f"{r.path}: the file ends inside traceEvents (truncated)")
 
 
@@ -438,7 +470,7 @@ def _convert(objs: list[Any]) -> list[_Event]:
     return out
 
 
-def read_trace(path: Path, op_pattern: re.Pattern[str]) -> RankTrace:
+def read_trace(path: Path, op_pattern: re.Pattern[str], chunk_bytes: int = CHUNK_BYTES) -> RankTrace:
     """Read one rank's trace file. Raises TraceFileError when it is unreadable or not a Kineto trace."""
     try:
         size = path.stat().st_size
@@ -446,15 +478,17 @@ def read_trace(path: Path, op_pattern: re.Pattern[str]) -> RankTrace:
     except OSError as exc:
         raise TraceFileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     with stream:
-        trace = read_trace_stream(stream, op_pattern, str(path))
+        trace = read_trace_stream(stream, op_pattern, str(path), chunk_bytes)
     trace.size_bytes = size
     return trace
 
 
-def read_trace_stream(stream: IO[bytes], op_pattern: re.Pattern[str], name: str) -> RankTrace:
+def read_trace_stream(
+    stream: IO[bytes], op_pattern: re.Pattern[str], name: str, chunk_bytes: int = CHUNK_BYTES
+) -> RankTrace:
     trace = RankTrace(path=name)
     sink = _Sink(trace, op_pattern)
-    r = _Reader(stream, name)
+    r = _Reader(stream, name, chunk_bytes)
     c = r.skip_ws()
     if c != ord("{"):
         what = "an empty file" if c is None else "JSON that is not an object"
@@ -484,6 +518,8 @@ def read_trace_stream(stream: IO[bytes], op_pattern: re.Pattern[str], name: str)
             saw_events = True
         else:
             trace.top[key] = r.value()
+            if key == "deviceProperties" and trace.top[key]:
+                sink.cpu_timeline = False  # a GPU run: no CPU timeline to keep
     if not saw_events:
         raise TraceFileError(f"{name}: JSON without traceEvents, not a PyTorch profiler (Kineto) trace")
     return trace

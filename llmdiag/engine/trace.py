@@ -9,6 +9,13 @@ Per rank, over GPU activity (kernels, memcpy, memset, all streams of the device)
 - comm share = comm / busy; exposed comm = comm − compute (communicating while no compute runs), as a share of the
   span; overlap = (comm ∩ compute) / comm, HTA's comp_comm_overlap
 
+CPU-only runs (gloo, no GPU activity) are measured on the CPU instead (``RankStats.timeline == "cpu"``): comm = union
+of the ``gloo:*`` ranges (they run on the gloo worker threads and last for the real execution, waiting for peers
+included); compute = union of the ``cpu_op`` ranges on the other threads, less the ops that issue collectives;
+busy, span and the shares as above. Each ``gloo:*`` range is typed by the ``c10d::*`` op that issued it (gloo runs
+``reduce_scatter_tensor`` as an all-reduce, so the annotation alone would say all_reduce), and sized from its own
+``Input Dims`` × dtype (gloo events carry no collective args).
+
 Across ranks, the k-th collective of each (process group, type) is matched on every rank; the rank that starts
 them last is the straggler: its peers wait inside their kernels for it. HTA's way (``hta_compat``): timestamps
 rounded as HTA does (start up, end down, to whole µs), the last ProfilerStep dropped, and only ``nccl…Kernel``
@@ -344,7 +351,8 @@ def rank_stats(t: RankTrace, hta: bool = False) -> tuple[RankStats, list[_Comm]]
     if hta and len({s for s, _, _ in t.steps}) >= 2:
         stats.dropped_step = max(s for s, _, _ in t.steps)
     comms, comm_iv, compute_iv, untyped = _resolve(t, c, hta)
-    comms += _gloo(t, c)
+    gloo = _gloo(t, c)
+    comms += gloo
     if len(t.gpu_device) > 1:
         stats.notes.append(f"GPU activity from {len(t.gpu_device)} devices in one file; counted as one timeline")
     everything = []
@@ -372,8 +380,12 @@ def rank_stats(t: RankTrace, hta: bool = False) -> tuple[RankStats, list[_Comm]]
         stats.exposed_comm_seconds = (comm_t - both) * us
         stats.exposed_comm_share_ratio = (comm_t - both) / span if span > 0 else None
         stats.overlap_ratio = both / comm_t if comm_t > 0 else None
+        stats.timeline = "gpu"
+    elif gloo or t.cpu_busy:
+        stats.timeline = "cpu"
+        _cpu_timeline(t, stats, gloo)
     else:
-        stats.notes.append("no GPU activity in the trace (a CPU-only run?): GPU shares unavailable")
+        stats.notes.append("no GPU activity and no CPU op in the trace: shares unavailable")
     stats.collectives = _collective_stats(comms, c)
     stats.large_message_busbw_bytes_per_second = _large_busbw(comms, c)
     if untyped:
@@ -381,15 +393,103 @@ def rank_stats(t: RankTrace, hta: bool = False) -> tuple[RankStats, list[_Comm]]
     return stats, comms
 
 
+# a gloo:* annotation's type → the c10d op types that can have issued it (gloo runs reduce_scatter as an all-reduce)
+GLOO_ISSUERS = {"all_reduce": {"all_reduce", "reduce_scatter", "barrier"}, "barrier": {"barrier", "all_reduce"}}
+# unpaired issuing ops looked at for each gloo:* range (they queue in issue order on the worker threads)
+GLOO_PAIR_WINDOW = 64
+# a gloo:* range may be stamped this much (µs) before its issuing op's start on another thread
+GLOO_PAIR_SLACK_US = 1.0
+
+
+def _max_elements(raw: bytes) -> int | None:
+    """The largest tensor (or tensor list) among an op's inputs, in elements, from its raw `Input Dims`."""
+    try:
+        dims = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(dims, list):
+        return None
+    best = None
+    for item in dims:
+        n = _dims_elements(json.dumps([item]).encode()) if isinstance(item, list) and item else None
+        if n and (best is None or n > best):
+            best = n
+    return best
+
+
 def _gloo(t: RankTrace, c: _Classifier) -> list[_Comm]:
-    """gloo collectives run on the CPU: the gloo:* range on the gloo thread spans the real execution."""
+    """gloo collectives run on the CPU: the gloo:* range on a gloo worker thread spans the real execution.
+
+    The range is typed by the c10d::* op that issued it: the earliest one not yet paired that started before it, of a
+    compatible type, preferring one whose largest input has the range's element count."""
+    ranges = sorted((op for op in t.cpu_comm if op.name.startswith("gloo:")), key=lambda o: o.ts)
+    if not ranges:
+        return []
+    issuers = sorted((op for op in t.cpu_comm if op.name.startswith("c10d::")), key=lambda o: o.ts)
+    issuer_type = [c.collective(op.name) for op in issuers]
+    issuer_elems: list[int | None] = [None] * len(issuers)
+    paired = [False] * len(issuers)
+    first_free = 0
     out = []
-    for op in t.cpu_comm:
-        if op.name.startswith("gloo:"):
-            typed = c.collective(op.name) or "unknown"
-            size, n, source = _size(c, typed, None, op, t.world_size)
-            out.append(_Comm(op.ts, op.ts + op.dur, "gloo", typed, "default", size, n, source))
+    for op in ranges:
+        annotated = c.collective(op.name) or "unknown"
+        allowed = GLOO_ISSUERS.get(annotated, {annotated})
+        elements = _dims_elements(op.input_dims)
+        while first_free < len(issuers) and paired[first_free]:
+            first_free += 1
+        choice = fallback = None
+        seen = 0
+        for j in range(first_free, len(issuers)):
+            if issuers[j].ts > op.ts + GLOO_PAIR_SLACK_US or seen >= GLOO_PAIR_WINDOW:
+                break
+            if paired[j]:
+                continue
+            seen += 1
+            if issuer_type[j] not in allowed:
+                continue
+            if issuer_elems[j] is None:
+                issuer_elems[j] = _max_elements(issuers[j].input_dims) or 0
+            if elements and issuer_elems[j] == elements:
+                choice = j
+                break
+            if fallback is None:
+                fallback = j
+        choice = choice if choice is not None else fallback
+        typed = annotated
+        if choice is not None:
+            paired[choice] = True
+            typed = issuer_type[choice] or annotated
+        size, n, source = _size(c, annotated, None, op, t.world_size)  # the range's own tensor, as gloo ran it
+        out.append(_Comm(op.ts, op.ts + op.dur, "gloo", typed, "default", size, n, source))
     return out
+
+
+def _cpu_timeline(t: RankTrace, stats: RankStats, gloo: list[_Comm]) -> None:
+    """A CPU-only run: comm = the gloo:* ranges, compute = the cpu_ops on the threads that run no gloo:* range."""
+    gloo_threads = {op.tid for op in t.cpu_comm if op.name.startswith("gloo:")}
+    comm = merge((x.start, x.end) for x in gloo)
+    compute = merge((s, e) for tid, spans in t.cpu_busy.items() if tid not in gloo_threads for s, e in spans)
+    busy = merge(comm + compute)
+    stats.comm_kernels = len(gloo)
+    stats.notes.append(
+        "CPU-only trace: busy, comm and compute are CPU time (comm: the gloo:* ranges on the gloo worker threads, "
+        "waiting for peers included; compute: the cpu_ops on the other threads)"
+    )
+    if not busy:
+        return
+    us = 1e-6
+    span = busy[-1][1] - busy[0][0]
+    busy_t, comm_t, compute_t = total(busy), total(comm), total(compute)
+    both = intersection_total(comm, compute)
+    stats.span_seconds = span * us
+    stats.busy_seconds = busy_t * us
+    stats.busy_ratio = busy_t / span if span > 0 else None
+    stats.comm_seconds = comm_t * us
+    stats.compute_seconds = compute_t * us
+    stats.comm_share_ratio = comm_t / busy_t if busy_t > 0 else None
+    stats.exposed_comm_seconds = (comm_t - both) * us
+    stats.exposed_comm_share_ratio = (comm_t - both) / span if span > 0 else None
+    stats.overlap_ratio = both / comm_t if comm_t > 0 else None
 
 
 def _collective_stats(comms: list[_Comm], c: _Classifier) -> list[CollectiveStats]:
@@ -473,8 +573,7 @@ def find_straggler(
     per_key: dict[tuple[str, str], dict[int, list[_Comm]]] = defaultdict(lambda: defaultdict(list))
     for r in ranks:
         for x in sorted(comms[r], key=lambda x: x.start):
-            if x.family != "gloo":
-                per_key[(x.group, x.collective)][r].append(x)
+            per_key[(x.group, x.collective)][r].append(x)
     lateness: dict[int, list[float]] = defaultdict(list)
     latest_count: dict[int, int] = defaultdict(int)
     skew_vs_median: dict[int, list[float]] = defaultdict(list)
@@ -637,9 +736,17 @@ def analyze(paths: list[Path], link: str | None = None, hta_compat: bool = False
     for t in traces:
         stats, rank_comms = rank_stats(t, hta_compat)
         report.ranks.append(stats)
-        if t.rank is not None and len(t.gpu_ts):
-            comms[t.rank] = rank_comms
+        if t.rank is None:
+            continue
+        if stats.timeline == "gpu":
+            # gloo collectives beside GPU work (vLLM's CPU-side groups) are not on the GPU timeline: left out
+            comms[t.rank] = [x for x in rank_comms if x.family != "gloo"]
             spans[t.rank] = (min(t.gpu_ts), max(t.gpu_end))
+        elif stats.timeline == "cpu" and rank_comms:
+            comms[t.rank] = rank_comms
+            ends = [x.end for x in rank_comms] + [e for v in t.cpu_busy.values() for _, e in v]
+            starts = [x.start for x in rank_comms] + [s for v in t.cpu_busy.values() for s, _ in v]
+            spans[t.rank] = (min(starts), max(ends))
     usable = [t for t in traces if t.rank in comms]
     report.straggler, report.cross_rank, more = find_straggler(usable, comms, spans)
     report.problems += more
@@ -678,7 +785,8 @@ def _derived(name: str, unit: str, value: float | None, reason: str, by_series: 
 def trace_signals(report: TraceReport) -> SignalSet:
     """The report as signals: worst rank for shares and bandwidth, per-rank values in by_series."""
     signals = SignalSet(window=Window(kind="window", note="profiler trace capture"))
-    ranks = [r for r in report.ranks if r.busy_seconds]
+    # the GPU shares come from GPU timelines only; a CPU-only (gloo) rank's CPU shares are in the report, not here
+    ranks = [r for r in report.ranks if r.busy_seconds and r.timeline == "gpu"]
     label = {id(r): f"rank {r.rank}" if r.rank is not None else r.path for r in ranks}
 
     def worst(attr: str, pick=max) -> tuple[float | None, dict[str, float]]:
@@ -686,6 +794,8 @@ def trace_signals(report: TraceReport) -> SignalSet:
         return (pick(values.values()) if values else None), values
 
     no_gpu = "the trace has no GPU activity"
+    if any(r.timeline == "cpu" for r in report.ranks) and not ranks:
+        no_gpu = "a CPU-only trace (gloo): no GPU time; its CPU shares are in `llmdiag trace`'s per-rank table"
     value, series = worst("busy_ratio", min)
     signals.add(_derived("trace_gpu_busy_ratio", "ratio", value, no_gpu, series))
     value, series = worst("comm_share_ratio")
@@ -693,12 +803,13 @@ def trace_signals(report: TraceReport) -> SignalSet:
     value, series = worst("exposed_comm_share_ratio")
     signals.add(_derived("exposed_comm_share_of_step_ratio", "ratio", value, no_gpu, series))
     value, series = worst("overlap_ratio", min)
-    signals.add(_derived("comm_compute_overlap_ratio", "ratio", value, "no communication kernels", series))
+    no_comm = no_gpu if not ranks else "no communication kernels"
+    signals.add(_derived("comm_compute_overlap_ratio", "ratio", value, no_comm, series))
     s = report.straggler
     why = report.cross_rank or "one rank"
     signals.add(_derived("straggler_rank", "rank", float(s.rank) if s else None, why))
     signals.add(_derived("straggler_skew_seconds", "seconds", s.skew_seconds if s else None, why))
-    spans = [r.span_seconds for r in ranks if r.span_seconds]
+    spans = [r.span_seconds for r in report.ranks if r.span_seconds]
     share = s.skew_seconds / statistics.median(spans) if s and spans else None
     signals.add(_derived("straggler_skew_share_of_step_ratio", "ratio", share, why))
     value, series = worst("large_message_busbw_bytes_per_second", min)

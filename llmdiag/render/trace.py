@@ -41,18 +41,26 @@ def render_trace(report: TraceReport) -> RenderableType:
         head += f", {report.bytes_read / 1e6:.1f} MB read in {report.parse_seconds:.2f} s"
     parts.append(Text(head + (f"; counted {mode}" if report.hta_compat else ""), style="bold"))
 
-    ranks = Table(title="Per rank (GPU time)", title_justify="left", show_edge=False)
+    on_cpu = any(r.timeline == "cpu" for r in report.ranks)
+    title = "Per rank (GPU time)"
+    if on_cpu:
+        title = "Per rank (CPU time: no GPU activity; comm = gloo:* ranges, compute = cpu_ops)"
+        if any(r.timeline == "gpu" for r in report.ranks):
+            title = "Per rank (GPU time; CPU time where the device says CPU)"
+    ranks = Table(title=title, title_justify="left", show_edge=False)
     for column in ("rank", "device", "span ms", "busy %", "comm %", "exposed %", "overlap %"):
         ranks.add_column(column, justify="left" if column in ("rank", "device") else "right")
     for r in report.ranks:
         label = str(r.rank) if r.rank is not None else escape(r.path)
+        device = escape(r.device or ("CPU" if r.timeline == "cpu" else ""))
         ranks.add_row(
-            label, escape(r.device), _ms(r.span_seconds), _pct(r.busy_ratio), _pct(r.comm_share_ratio),
+            label, device, _ms(r.span_seconds), _pct(r.busy_ratio), _pct(r.comm_share_ratio),
             _pct(r.exposed_comm_share_ratio), _pct(r.overlap_ratio),
         )  # fmt: skip
     parts.append(ranks)
 
-    colls = Table(title="Collectives (kernel time includes waiting for peers)", title_justify="left", show_edge=False)
+    waits = "gloo range" if on_cpu else "kernel"
+    colls = Table(title=f"Collectives ({waits} time includes waiting for peers)", title_justify="left", show_edge=False)
     columns = ("rank", "collective", "family", "count", "total ms", "message sizes", "n", "algbw GB/s", "busbw GB/s")
     for column in columns:
         right = column in ("count", "total ms", "n") or "GB/s" in column
@@ -90,9 +98,13 @@ def render_trace(report: TraceReport) -> RenderableType:
     for p in report.problems:
         style = "red" if p.kind == "error" else "yellow"
         parts.append(Text(f"{p.kind.upper()}: {p.message}", style=style))
+    notes: dict[str, list[str]] = {}
     for r in report.ranks:
         for note in r.notes:
-            parts.append(Text(f"rank {r.rank}: {note}", style="dim"))
+            notes.setdefault(note, []).append(str(r.rank))
+    for note, which in notes.items():  # a note every rank shares is said once
+        who = "every rank" if len(which) == len(report.ranks) > 1 else "rank " + ", ".join(which)
+        parts.append(Text(f"{who}: {note}", style="dim"))
 
     verdict = report.verdict
     if verdict is not None:
