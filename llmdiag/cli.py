@@ -158,6 +158,12 @@ PidOpt = Annotated[
     typer.Option("--pid", help="The server's process (repeatable; children included). Default: the process "
                  "listening on URL's port, when the server runs on this machine."),
 ]
+HttpTimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait for each HTTP answer.")]
+ProbeOpt = Annotated[
+    bool | None,
+    typer.Option("--probe/--no-probe", help="Send a few small streaming canary requests through the server's "
+                 "API during the window (default: yes, unless --metrics-url says only metrics are reachable)."),
+]
 
 
 def connection_from_options(
@@ -186,7 +192,7 @@ def scan(
     metrics_url: MetricsUrlOpt = None,
     header: HeaderOpt = None,
     api_key: ApiKeyOpt = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each HTTP answer.")] = 5.0,
+    timeout: HttpTimeoutOpt = 5.0,
     insecure: InsecureOpt = False,
     dcgm_url: DcgmUrlOpt = None,
     nvml: NvmlOpt = True,
@@ -195,11 +201,7 @@ def scan(
         typer.Option("--nvml-replay", hidden=True,
                      help="Play back an NVML recording (bench/gpu_check.py --record) instead of the local driver."),
     ] = None,
-    probe: Annotated[
-        bool | None,
-        typer.Option("--probe/--no-probe", help="Send a few small streaming canary requests through the server's "
-                     "API during the window (default: yes, unless --metrics-url says only metrics are reachable)."),
-    ] = None,
+    probe: ProbeOpt = None,
     pid: PidOpt = None,
     max_metrics_bytes: MaxBytesOpt = DEFAULT_MAX_METRICS_BYTES,
     gpu: Annotated[
@@ -760,15 +762,11 @@ def check(
     metrics_url: MetricsUrlOpt = None,
     header: HeaderOpt = None,
     api_key: ApiKeyOpt = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each HTTP answer.")] = 5.0,
+    timeout: HttpTimeoutOpt = 5.0,
     insecure: InsecureOpt = False,
     dcgm_url: DcgmUrlOpt = None,
     nvml: NvmlOpt = True,
-    probe: Annotated[
-        bool | None,
-        typer.Option("--probe/--no-probe", help="Send a few small canary requests during the window (default: yes, "
-                     "unless --metrics-url is given)."),
-    ] = None,
+    probe: ProbeOpt = None,
     textfile: Annotated[
         Path | None,
         typer.Option("--textfile", help="Write DIR/llmdiag.prom atomically for node_exporter's textfile collector."),
