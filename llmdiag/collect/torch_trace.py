@@ -445,8 +445,14 @@ def _decode_one(r: _Reader, sink: _Sink) -> bool:
         obj, end = json.JSONDecoder().raw_decode(text)
     except json.JSONDecodeError:
         return False
-    r.pos += len(text[:end].encode("utf-8"))
-    sink.add(_convert([obj]))
+    size = len(text[:end].encode("utf-8"))
+    try:
+        # the event's own bytes, now that its end is known: msgspec keeps the raw fields (Input Dims …) as they are
+        events = [_ONE_EVENT.decode(r.buf[r.pos : r.pos + size])]
+    except msgspec.DecodeError:  # fields of unexpected types (ValidationError is a DecodeError)
+        events = _convert([obj])
+    r.pos += size
+    sink.add(events)
     return True
 
 
@@ -455,9 +461,17 @@ def _lenient(chunk: bytes) -> list[_Event]:
     return _convert(msgspec.json.decode(b"[" + chunk + b"]"))
 
 
+RAW_ARGS = ("Input Dims", "Input type")
+
+
 def _convert(objs: list[Any]) -> list[_Event]:
+    """Decoded objects to events; the args kept raw are re-encoded (a Python list does not convert to msgspec.Raw)."""
     out = []
     for obj in objs:
+        args = obj.get("args") if isinstance(obj, dict) else None
+        if isinstance(args, dict) and any(k in args for k in RAW_ARGS):
+            raw = {k: msgspec.Raw(msgspec.json.encode(args[k])) for k in RAW_ARGS if k in args}
+            obj = {**obj, "args": {**args, **raw}}
         try:
             out.append(msgspec.convert(obj, _Event, strict=False))
         except (msgspec.ValidationError, TypeError):
