@@ -415,7 +415,10 @@ def read_scan_trace(path: Path):
     """scan --trace: the traces are read before the window; a trace problem is a warning here, not the scan's end."""
     from llmdiag.engine.trace import analyze as analyze_trace_files
 
-    report = analyze_trace_files([path])
+    try:
+        report = analyze_trace_files([path])
+    except UsageError as error:  # say which option the path came from
+        raise UsageError(f"--trace: {error.message}", error.hint) from None
     for problem in report.problems:
         stderr.print(f"[yellow]WARNING:[/] trace: {escape(problem.message)}", soft_wrap=True)
     if not report.ranks:
