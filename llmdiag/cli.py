@@ -459,10 +459,14 @@ def trace(
             write_atomic(output, report.model_dump_json(indent=2) + "\n")
     except LlmdiagError as error:
         fail(error)
+    except OSError as exc:
+        fail(LlmdiagError(f"cannot write {output}: {exc.strerror}", "pick another --output path"))
     if as_json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     elif report.ranks:
         stdout.print(render_trace(report))
+        if output is not None:
+            stderr.print(f"[dim]report written to {escape(str(output))}[/]")
     error = problems_as_error(report)
     if error is not None:
         fail(error)
