@@ -3,6 +3,7 @@
 #
 #   bash bench/gpu_nccl_check.sh                 # results under ./gpu-nccl-check/ ; exit 0 all checks pass, 1 not
 #   LIMIT=300 OUT=/tmp/x bash bench/gpu_nccl_check.sh
+#   VENV=/path/to/prepared/venv SKIP_INSTALL=1 bash bench/gpu_nccl_check.sh   # air-gapped: a venv made beforehand
 #
 # What it does:
 #   1. nvidia-smi: the GPUs, driver, and the topology (NVLink / PCIe between them).
@@ -55,15 +56,24 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv --system-site-packages "$VENV" || { echo "ERROR: cannot create $VENV"; exit 2; }
 fi
 T0=$(date +%s)
-timeout "$(left)" "$VENV/bin/python" -m pip install -q -e "$REPO[gpu]" \
-  || { echo "ERROR: pip install -e '$REPO[gpu]' failed (offline? see the header)"; exit 2; }
-if ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+if [ "${SKIP_INSTALL:-0}" = 1 ]; then
+  echo "SKIP_INSTALL=1: using $VENV as it is"
+else
+  timeout "$(left)" "$VENV/bin/python" -m pip install -q -e "$REPO[gpu]" \
+    || { echo "ERROR: pip install -e '$REPO[gpu]' failed (offline? see the header)"; exit 2; }
+fi
+if [ "${SKIP_INSTALL:-0}" != 1 ] && ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "no CUDA torch importable: installing $TORCH_SPEC (several GB from PyPI)"
   timeout "$(left)" "$VENV/bin/python" -m pip install -q "$TORCH_SPEC" numpy \
     || { echo "ERROR: could not install $TORCH_SPEC"; exit 2; }
 fi
-"$VENV/bin/python" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda,
-  "GPUs", torch.cuda.device_count(), "NCCL", ".".join(map(str, torch.cuda.nccl.version())))' \
+"$VENV/bin/python" -c '
+import torch
+try:
+    nccl = ".".join(map(str, torch.cuda.nccl.version()))
+except Exception as exc:  # a CPU build has no NCCL
+    nccl = f"none ({type(exc).__name__})"
+print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPUs", torch.cuda.device_count(), "NCCL", nccl)' \
   || { echo "ERROR: torch does not import"; exit 2; }
 echo "install: $(( $(date +%s) - T0 )) s"
 

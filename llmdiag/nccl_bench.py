@@ -43,6 +43,9 @@ DEFAULT_SIZES = "1K:1G"
 DEFAULT_GLOO_MAX_BYTES = 64 * 1024**2
 ELEMENT_BYTES = 4  # float32, as nccl-tests' default
 MEMORY_SHARE_FOR_BUFFERS = 0.25
+# busbw reaches its plateau only with large messages (NVLink ~64-256 MiB): below this no ratio to the link is given,
+# so a short --sizes run cannot read as a slow link
+RATIO_MIN_BYTES = 64 * 1024**2
 EXIT_OK, EXIT_ERROR = 0, 2
 _UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
@@ -583,7 +586,10 @@ def build_signals(report: dict[str, Any]) -> Any:
     expected = report["link"].get("expected_bus_bandwidth_bytes_per_second")
     link_why = report["link"].get("unavailable") or "no link class"
     derived("expected_link_bus_bandwidth_bytes_per_second", "bytes_per_second", expected, f"unavailable: {link_why}")
-    if head and expected:
+    if head and expected and head.size_bytes < RATIO_MIN_BYTES:
+        why = f"the largest message ({head.size_bytes} bytes) is below {RATIO_MIN_BYTES >> 20} MiB: latency-bound"
+        derived("collective_bus_bandwidth_vs_link_ratio", "ratio", None, f"unavailable: {why}")
+    elif head and expected:
         derived(
             "collective_bus_bandwidth_vs_link_ratio",
             "ratio",

@@ -83,6 +83,11 @@ def test_a_slow_link_fires_the_network_rule_and_a_healthy_one_does_not():
     assert "NET009" in codes
     assert "NET009" not in [f["code"] for f in judge(_report(360e9))["findings"]]  # ~188 GB/s: 52 %
     assert "NET009" not in [f["code"] for f in judge(_report(None))["findings"]]  # no link: skipped, not fired
+    small = _report(360e9)
+    small["results"] = [vars(measurement("all_reduce", 1024**2, 1024**2 // 4, 8, [(0.01, 0.01)]))]  # 1 MiB: latency
+    ratio = build_signals(small).get("collective_bus_bandwidth_vs_link_ratio")
+    assert ratio.unavailable and "latency-bound" in ratio.unavailable
+    assert "NET009" not in [f["code"] for f in judge(small)["findings"]]
 
 
 # ---------------------------------------------------------------------------------------------------------------
