@@ -367,19 +367,7 @@ def rank_stats(t: RankTrace, hta: bool = False) -> tuple[RankStats, list[_Comm]]
     stats.comm_kernels = len(comm_iv)
     stats.untyped_comm_kernels = untyped
     if busy:
-        us = 1e-6
-        span = busy[-1][1] - busy[0][0]
-        busy_t, comm_t, compute_t = total(busy), total(comm), total(compute)
-        both = intersection_total(comm, compute)
-        stats.span_seconds = span * us
-        stats.busy_seconds = busy_t * us
-        stats.busy_ratio = busy_t / span if span > 0 else None
-        stats.comm_seconds = comm_t * us
-        stats.compute_seconds = compute_t * us
-        stats.comm_share_ratio = comm_t / busy_t if busy_t > 0 else None
-        stats.exposed_comm_seconds = (comm_t - both) * us
-        stats.exposed_comm_share_ratio = (comm_t - both) / span if span > 0 else None
-        stats.overlap_ratio = both / comm_t if comm_t > 0 else None
+        _fill_shares(stats, busy, comm, compute)
         stats.timeline = "gpu"
     elif gloo or t.cpu_busy:
         stats.timeline = "cpu"
@@ -475,8 +463,12 @@ def _cpu_timeline(t: RankTrace, stats: RankStats, gloo: list[_Comm]) -> None:
         "CPU-only trace: busy, comm and compute are CPU time (comm: the gloo:* ranges on the gloo worker threads, "
         "waiting for peers included; compute: the cpu_ops on the other threads)"
     )
-    if not busy:
-        return
+    if busy:
+        _fill_shares(stats, busy, comm, compute)
+
+
+def _fill_shares(stats: RankStats, busy: list[Interval], comm: list[Interval], compute: list[Interval]) -> None:
+    """The rank's times and shares from merged µs intervals; ``busy`` is not empty."""
     us = 1e-6
     span = busy[-1][1] - busy[0][0]
     busy_t, comm_t, compute_t = total(busy), total(comm), total(compute)
