@@ -271,12 +271,11 @@ def _resolve(t: RankTrace, c: _Classifier, hta: bool) -> tuple[list[_Comm], list
             untyped += 1
             typed = "unknown"
         size, group_size, source = None, None, ""
-        for op in ops or [None]:
-            size, group_size, source = _size(c, typed, args, op, world)
+        for candidate in ops or [None]:
+            size, group_size, source = _size(c, typed, args, candidate, world)
             if size:
-                break
+                break  # the first op that tells the message size
         op = ops[0] if ops else None
-        size, group_size, source = _size(c, typed, args, op, world)
         group = (args.pg if args and args.pg else None) or (op.args.pg if op and op.args.pg else None) or "default"
         comms.append(_Comm(start, end, family, typed, group, size, group_size, source))
     return comms, comm_iv, compute_iv, untyped
@@ -332,7 +331,8 @@ def _annotation_type(c: _Classifier, annotations: list[tuple[float, float, str, 
 
 
 def _hta_keep(t: RankTrace) -> Callable[[int], bool] | None:
-    """HTA leaves out the last ProfilerStep (it is often cut short): drop GPU work launched in it."""
+    """HTA, with two or more ProfilerSteps, keeps only GPU work whose launch is in the trace and came before the
+    last step (often cut short); a kernel whose launch the trace lacks (launched before the capture) goes too."""
     steps = sorted({s for s in t.steps})
     if len(steps) < 2:
         return None
@@ -340,7 +340,7 @@ def _hta_keep(t: RankTrace) -> Callable[[int], bool] | None:
 
     def keep(i: int) -> bool:
         launch = t.launches.get(t.gpu_corr[i]) if t.gpu_corr[i] >= 0 else None
-        return (launch[0] if launch else t.gpu_ts[i]) < cutoff
+        return launch is not None and launch[0] < cutoff
 
     return keep
 
