@@ -380,17 +380,21 @@ def sim_serve(
         float, typer.Option("--time-scale", help="Simulated seconds per real second.", min=0.001)
     ] = 1.0,
     load: Annotated[bool, typer.Option("--load", help="Also drive the preset's own bounded load.")] = False,
+    dialect: Annotated[
+        str, typer.Option("--dialect", help="The server whose metrics pages it serves: vllm, sglang, tgi, llamacpp, "
+                          "trtllm, triton (the same simulated engine behind each).")
+    ] = "vllm",
 ) -> None:
-    """Serve a simulated vLLM (OpenAI API, /metrics, /dcgm/metrics) until Ctrl-C."""
+    """Serve a simulated vLLM, or another server's dialect (OpenAI API, metrics, /dcgm/metrics) until Ctrl-C."""
     from llmdiag.sim.presets import get_preset
     from llmdiag.sim.server import ClosedLoopLoad, SimServer
 
     try:
         chosen = get_preset(preset)
-        server = SimServer(chosen, host=host, port=port, time_scale=time_scale).start()
+        server = SimServer(chosen, host=host, port=port, time_scale=time_scale, dialect=dialect).start()
     except LlmdiagError as error:
         fail(error)
-    stdout.print(f"simulated vLLM, preset {chosen.name}: {chosen.summary}")
+    stdout.print(f"simulated {server.dialect.summary}, preset {chosen.name}: {chosen.summary}")
     stdout.print(f"  {server.url}  (metrics {server.metrics_url}, DCGM {server.dcgm_url}, model {server.model})")
     driver = None
     if load:

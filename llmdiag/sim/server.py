@@ -5,6 +5,9 @@
     GET  /metrics                 vLLM 0.33's Prometheus page (``llmdiag.sim.metrics``)
     GET  /dcgm/metrics            dcgm-exporter's page for the simulated GPUs
     GET  /health  /v1/models  /version
+                                  with ``dialect=`` another server's pages instead of /metrics and /version
+                                  (``llmdiag.sim.dialects``: SGLang, TGI, llama.cpp, TensorRT-LLM ...), rendered
+                                  from the same engine; the OpenAI routes below are served in every dialect
     GET  /sim/stats               the simulator's own numbers (steps, lag behind real time, KV blocks) as JSON
     GET  /sim/timings             with ``record_timings``: when each request arrived and each SSE event was written,
                                   keyed by the client's X-Request-Id (``?clear=1`` empties it); see below
@@ -65,11 +68,11 @@ from llmdiag.collect.requests import BackgroundLoad, RequestPlan, RequestResult
 from llmdiag.collect.rxtime import StampingListener, StampingSocket
 from llmdiag.collect.rxtime import listener as rx_listener
 from llmdiag.errors import UsageError
+from llmdiag.sim.dialects import Dialect, Page, PageUnavailable, SimState, get_dialect
 from llmdiag.sim.engine import AdmissionRejected, Engine, EngineConfig, FinishReason, SimRequest
-from llmdiag.sim.metrics import CONTENT_TYPE, HttpCounts, dcgm_registry, render, vllm_registry
+from llmdiag.sim.metrics import CONTENT_TYPE, HttpCounts, dcgm_registry, render
 from llmdiag.sim.presets import LoadSpec, Preset, get_preset
 
-VLLM_VERSION = "0.33.0+llmdiag.sim"  # the vLLM release whose wire format the simulator speaks
 BUSY_MESSAGE = (
     "The engine is currently busy and cannot accept new requests. Please try again later or on a different instance."
 )
@@ -326,27 +329,35 @@ class EngineRunner:
 
 
 class SimApp:
-    """The aiohttp application: vLLM's routes over one engine."""
+    """The aiohttp application: the OpenAI routes over one engine, and the dialect's pages (vLLM's by default)."""
 
-    def __init__(self, config: SimConfig, timings: TimingLog | None = None) -> None:
+    def __init__(self, config: SimConfig, timings: TimingLog | None = None, dialect: str | Dialect = "vllm") -> None:
         self.config = config
         self.timings = timings  # None: not recorded
+        self.dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
         self.engine = Engine(config.engine)
         self.runner = EngineRunner(self.engine, config.time_scale)
         self.wall_start = time.time()
         self.http = HttpCounts()
-        self.vllm_registry = vllm_registry(self.engine, self.wall_start, self.http)
         self.dcgm_registry = dcgm_registry(self.engine, self.runner.clock)
         self.model = config.engine.served_model_name
         self._model_json = json.dumps(self.model)
         self._text = _Text(config.engine.model_len)
         self._ids = itertools.count(1)
-        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[_forget_arrival])
-        app.router.add_get("/metrics", self.metrics)
+        state = SimState(self.engine, self.runner.clock, self.wall_start, self.http, self.model,
+                         config.engine.model_len)  # fmt: skip
+        self.pages = dict(self.dialect.setup(state))
+        middlewares = [_forget_arrival]
+        if self.dialect.headers:
+            middlewares.append(_with_headers(dict(self.dialect.headers)))
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
+        for path, page in self.pages.items():
+            if path != "/v1/models":
+                app.router.add_get(path, _page_handler(page))
         app.router.add_get("/dcgm/metrics", self.dcgm_metrics)
-        app.router.add_get("/health", self.health)
+        if "/health" not in self.pages:
+            app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/version", self.version)
         app.router.add_get("/sim/stats", self.sim_stats)
         app.router.add_get("/sim/timings", self.sim_timings)
         app.router.add_post("/tokenize", self.tokenize)
@@ -356,23 +367,16 @@ class SimApp:
 
     # --- plain endpoints ------------------------------------------------------------------------------
 
-    async def metrics(self, request: web.Request) -> web.Response:
-        self.http.add("/metrics", "GET", 200)
-        return web.Response(body=render(self.vllm_registry), headers={"Content-Type": CONTENT_TYPE})
-
     async def dcgm_metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=render(self.dcgm_registry), headers={"Content-Type": CONTENT_TYPE})
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
-    async def version(self, request: web.Request) -> web.Response:
-        return web.json_response({"version": VLLM_VERSION})
-
     async def models(self, request: web.Request) -> web.Response:
         created = int(self.wall_start)
-        card = {"id": self.model, "object": "model", "created": created, "owned_by": "vllm", "root": self.model,
-                "parent": None, "max_model_len": self.config.engine.model_len}  # fmt: skip
+        card = {"id": self.model, "object": "model", "created": created, "owned_by": self.dialect.owned_by,
+                "root": self.model, "parent": None, "max_model_len": self.config.engine.model_len}  # fmt: skip
         return web.json_response({"object": "list", "data": [card]})
 
     async def sim_stats(self, request: web.Request) -> web.Response:
@@ -610,6 +614,33 @@ class _ArrivalStampingHandler(web.RequestHandler):
         super().data_received(data)
 
 
+def _page_handler(page: Page) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handle(request: web.Request) -> web.Response:
+        try:
+            result = page()
+        except PageUnavailable as exc:
+            return error_response(404, str(exc), "NotFoundError")
+        body, content_type = result[0], result[1]
+        status = result[2] if len(result) > 2 else 200  # type: ignore[misc]
+        return web.Response(status=status, body=body, headers={"Content-Type": content_type})
+
+    return handle
+
+
+def _with_headers(headers: dict[str, str]):
+    """A middleware adding the dialect's response headers (e.g. ``server``) to every answer."""
+
+    @web.middleware
+    async def add(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+        response = await handler(request)
+        if not response.prepared:
+            for name, value in headers.items():
+                response.headers[name] = value
+        return response
+
+    return add
+
+
 @web.middleware
 async def _forget_arrival(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
     """After every request, whatever its route: the connection's next request stamps its own arrival."""
@@ -634,6 +665,7 @@ class SimServer:
             ... server.url, server.metrics_url, server.dcgm_url ...
 
     ``preset_or_config`` is a preset name (``llmdiag.sim.presets``), a Preset, a SimConfig or an EngineConfig.
+    ``dialect`` names the server whose pages it serves (``llmdiag.sim.dialects``; vLLM by default).
     ``record_timings`` keeps server-side timestamps of the last ``max_timed_requests`` requests that carry an
     X-Request-Id (``timings()``, ``GET /sim/timings``).
     """
@@ -647,8 +679,10 @@ class SimServer:
         time_scale: float | None = None,
         record_timings: bool = False,
         max_timed_requests: int = MAX_TIMED_REQUESTS,
+        dialect: str | Dialect = "vllm",
     ) -> None:
         config = as_config(preset_or_config)
+        self.dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
         self._timings = TimingLog(max_timed_requests) if record_timings else None
         if time_scale is not None:
             config = SimConfig(config.engine, config.default_max_tokens, config.stop_after_tokens, time_scale)
@@ -670,7 +704,8 @@ class SimServer:
 
     @property
     def metrics_url(self) -> str:
-        return f"{self.url}/metrics"
+        """The dialect's main metrics page (vLLM's /metrics by default)."""
+        return f"{self.url}{self.dialect.metrics_path}"
 
     @property
     def dcgm_url(self) -> str:
@@ -752,7 +787,7 @@ class SimServer:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        app = SimApp(self.config, self._timings)
+        app = SimApp(self.config, self._timings, self.dialect)
         self.app = app
         # handler_cancellation: a client that hangs up cancels its handler, which aborts its request
         runner = web.AppRunner(app.web_app, access_log=None, handler_cancellation=True,
