@@ -349,6 +349,8 @@ class Engine:
         self.running: list[SimRequest] = []
         self.in_flight: Step | None = None
         self.recent: deque[Step] = deque()
+        # called with each completed step (after its results are applied): per-iteration stats of other dialects
+        self.step_listeners: list[Callable[[Step], None]] = []
         self.stats = EngineStats(max_model_len=config.model_len)
         self._kv_bytes_per_token_per_gpu = kv_bytes_per_token_per_gpu(self.dep)
         self._overhead = self.dep.scheduler_overhead_seconds + config.extra_step_overhead_seconds
@@ -559,6 +561,8 @@ class Engine:
         stats.steps += 1
         stats.iteration_tokens.observe(prompt_done + generated)
         self._account(step)
+        for listener in self.step_listeners:
+            listener(step)
         return changed
 
     def _account(self, step: Step) -> None:
