@@ -40,14 +40,24 @@ def diagnose(
     canary_off_reason: str = "",
     baseline: Baseline | None = None,
     trace: TraceReport | None = None,
+    server: str | None = None,
 ) -> Verdict:
     """Scan a live server and its telemetry (NVML, a DCGM exporter page, the host) over a window and judge it.
+
+    ``server`` names the server's probe (vllm, sglang, tgi, llamacpp …); None works it out from what the server
+    answers (``llmdiag.collect.detect``), and the coverage says which was picked and why.
 
     With the ``deployment`` (GPU, model, TP) known, the verdict also places the measured decode rate under the
     physics ceiling, which tells a compute verdict whether math or HBM bandwidth is the wall. With a ``baseline``
     (medians of the target's past checks, from `llmdiag check`'s history), the regression rules compare against it.
     """
-    signals = collect_live(connection, duration_seconds, on_progress=on_progress, telemetry=telemetry, canary=canary)
+    from llmdiag.collect.detect import check_server_name, note_server_choice
+
+    probe = check_server_name(server) if server is not None else None  # None: detected by collect_live
+    signals = collect_live(connection, duration_seconds, probe=probe, on_progress=on_progress, telemetry=telemetry,
+                           canary=canary)  # fmt: skip
+    if probe is not None:
+        note_server_choice(signals, probe, f"--server {probe} given")
     if not canary and canary_off_reason:
         note = f"{CANARY_LABEL}: not sent ({canary_off_reason})"
         signals.sources.append(unavailable_source("canary", CANARY_LABEL, note))
@@ -107,11 +117,33 @@ def run_demo(
     return verdict
 
 
-def diagnose_files(paths: list[Path], settings: Settings | None = None, max_bytes: int | None = None) -> Verdict:
-    """Judge saved /metrics dumps: one gives lifetime averages, two or more a window between them."""
+def diagnose_files(
+    paths: list[Path], settings: Settings | None = None, max_bytes: int | None = None, server: str | None = None
+) -> Verdict:
+    """Judge saved /metrics dumps: one gives lifetime averages, two or more a window between them. ``server``
+    names the server's probe; None works it out from the dumps' metric prefixes."""
     kwargs = {"max_bytes": max_bytes} if max_bytes else {}
-    signals = collect_files(paths, **kwargs)
+    signals = collect_files(paths, probe=server, **kwargs)
     target = str(paths[0]) if len(paths) == 1 else f"{len(paths)} dumps: {paths[0]} … {paths[-1]}"
+    verdict = build_verdict(signals, settings, target=target)
+    verdict.tool_version = __version__
+    return verdict
+
+
+def diagnose_logs(
+    paths: list[Path],
+    settings: Settings | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    max_bytes: int | None = None,
+) -> Verdict:
+    """Judge server logs (vLLM stat-logger lines, SGLang batch lines, TensorRT-LLM iteration JSON) over the time they
+    cover, or the part of it between ``since`` and ``until`` (ISO times, or spans like ``30m`` before the last line)."""
+    from llmdiag.collect.logs import collect_logs
+
+    kwargs = {"max_bytes": max_bytes} if max_bytes else {}
+    signals = collect_logs(paths, since=since, until=until, **kwargs)
+    target = str(paths[0]) if len(paths) == 1 else f"{len(paths)} logs: {paths[0]} … {paths[-1]}"
     verdict = build_verdict(signals, settings, target=target)
     verdict.tool_version = __version__
     return verdict

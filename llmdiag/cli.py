@@ -158,6 +158,11 @@ PidOpt = Annotated[
     typer.Option("--pid", help="The server's process (repeatable; children included). Default: the process "
                  "listening on URL's port, when the server runs on this machine."),
 ]
+ServerOpt = Annotated[
+    str | None,
+    typer.Option("--server", help="The server: vllm, sglang, tgi, llamacpp, trtllm, triton. Default: worked out from "
+                 "its metric names, headers and endpoints (the verdict says which and why)."),
+]
 HttpTimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait for each HTTP answer.")]
 ProbeOpt = Annotated[
     bool | None,
@@ -204,6 +209,7 @@ def scan(
     probe: ProbeOpt = None,
     pid: PidOpt = None,
     max_metrics_bytes: MaxBytesOpt = DEFAULT_MAX_METRICS_BYTES,
+    server: ServerOpt = None,
     gpu: Annotated[
         str | None, typer.Option("--gpu", help="The server's GPU (H100, H200, A100, L4): adds the roofline context.")
     ] = None,
@@ -252,6 +258,7 @@ def scan(
                 canary=probe if probe is not None else metrics_url is None,
                 canary_off_reason="--no-probe" if probe is False else "--metrics-url given: pass --probe to send them",
                 trace=trace_report,
+                server=server,
             )
         if html is not None:
             write_html(html, verdict, quiet=as_json or markdown)
@@ -481,8 +488,23 @@ def trace(
 
 @app.command()
 def analyze(
-    files: Annotated[list[Path], typer.Argument(help="Saved /metrics dumps. One: lifetime averages; 2+: a window.")],
+    files: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Saved /metrics dumps (one: lifetime averages; 2+: a window) or server logs (vLLM, SGLang, "
+            "TensorRT-LLM), told apart by their first lines."
+        ),
+    ],
     max_metrics_bytes: MaxBytesOpt = DEFAULT_MAX_METRICS_BYTES,
+    server: ServerOpt = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="Logs: judge lines from this time on (2026-11-30T06:40:00, 06:40, or 30m "
+                     "before the last line)."),
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Logs: judge lines up to this time (same forms as --since).")
+    ] = None,
     as_json: JsonOpt = False,
     fail_on: FailOnOpt = FailOn.critical,
     config: ConfigOpt = None,
@@ -490,11 +512,25 @@ def analyze(
     html: HtmlOpt = None,
     markdown: MarkdownOpt = False,
 ) -> None:
-    """Diagnose from saved /metrics dumps (bug reports, past incidents)."""
+    """Diagnose from saved /metrics dumps or server logs (bug reports, past incidents)."""
+    from llmdiag.api import diagnose_logs
+    from llmdiag.collect.logs import looks_like_log
+
     try:
         check_outputs(as_json, markdown)
         settings = load_settings(config)
-        verdict = diagnose_files(files, settings, max_bytes=max_metrics_bytes)
+        logs = [looks_like_log(path) for path in files]
+        if any(logs) and not all(logs):
+            pairs = zip(files, logs, strict=True)
+            kinds = ", ".join(f"{p} ({'log' if is_log else '/metrics dump'})" for p, is_log in pairs)
+            raise UsageError(f"a mix of logs and /metrics dumps: {kinds}", "analyze the logs and the dumps apart")
+        if all(logs) and files:
+            cap = None if max_metrics_bytes == DEFAULT_MAX_METRICS_BYTES else max_metrics_bytes
+            verdict = diagnose_logs(files, settings, since=since, until=until, max_bytes=cap)
+        elif since is not None or until is not None:
+            raise UsageError("--since/--until apply to server logs, not /metrics dumps", "leave them out for dumps")
+        else:
+            verdict = diagnose_files(files, settings, max_bytes=max_metrics_bytes, server=server)
         if html is not None:
             write_html(html, verdict, quiet=as_json or markdown)
     except LlmdiagError as error:

@@ -275,8 +275,14 @@ def test_valid_prometheus_but_no_vllm_metrics():
     )
     with ScriptedServer(always(Reply(body=body))) as server:
         error, hint = assert_clean_error(scan(server.url))
+    assert "unsupported or unrecognised server" in error
+    assert "go_goroutines" in error and "process_cpu_seconds_total" in error  # says what it did see
+    assert "header server: BaseHTTP" in error
+    assert "vLLM" in hint and "SGLang" in hint and "--server" in hint
+    # named with --server, the page is checked against that server's names
+    with ScriptedServer(always(Reply(body=body))) as server:
+        error, hint = assert_clean_error(scan(server.url, "--server", "vllm"))
     assert "none from vLLM" in error and "vllm:" in error
-    assert "go" in error and "process" in error  # says what it did see
     assert "vLLM server" in hint
 
 

@@ -44,6 +44,14 @@ DCGM_HINT = "is dcgm-exporter running there? its page is usually http://HOST:940
 def check_server(spec: ProbeSpec, scrape: Scrape, where: str, hint: str | None = None) -> None:
     if any(name.startswith(tuple(spec.detect_prefixes)) for name in scrape.names()):
         return
+    if set(spec.legacy_names) & scrape.names():
+        return  # an older release's names, too generic to detect the server by
+    if getattr(scrape, "records", None) is not None:  # TensorRT-LLM's JSON iteration stats
+        if spec.prometheus_path:
+            return
+        raise NotMetricsError(
+            f"{where} is TensorRT-LLM's JSON iteration stats, not {spec.server} metrics", "give --probe trtllm"
+        )
     sample = ", ".join(sorted({n.split("_")[0] for n in scrape.names()})[:5])
     raise NotMetricsError(
         f"{where} has Prometheus metrics but none from {spec.server} "
@@ -68,6 +76,17 @@ def dcgm_connection(url: str, like: Connection) -> Connection:
         insecure=like.insecure,
         max_metrics_bytes=like.max_metrics_bytes,
     )
+
+
+def build_server_signals(
+    spec: ProbeSpec, scrapes: list[Scrape], where: str, origin: Scrape | None = None, live: bool = True
+) -> SignalSet:
+    """A server page's signals; TensorRT-LLM and Triton pages go through their own module (JSON, estimates)."""
+    if spec.name in ("trtllm", "triton"):
+        from llmdiag.collect import trtllm
+
+        return trtllm.build_server_signals(spec, scrapes, where, origin, live)
+    return build_signal_set(spec, scrapes, where, origin=origin)
 
 
 def merge_signal_sets(into: SignalSet, other: SignalSet) -> SignalSet:
@@ -158,7 +177,7 @@ def _read(source: Source, index: int, count: int) -> None:
 def collect_live(
     connection: Connection,
     duration_seconds: float = DEFAULT_DURATION_SECONDS,
-    probe: str = "vllm",
+    probe: str | None = "vllm",
     on_progress: ProgressCallback | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -174,19 +193,40 @@ def collect_live(
     left out with a line in the coverage; the rules that need it are then skipped, never fed zeros.
     """
     telemetry = telemetry or TelemetryOptions(nvml="off", host=False)
+    first, first_at, why = None, None, ""
+    scrape_plan(duration_seconds)  # a bad --duration is said before anything is fetched
+    if probe is None:  # which server: worked out from its page (reused as the first scrape) or its endpoints
+        from llmdiag.collect.detect import detect_for_scan
+
+        probe, why, first, first_at = detect_for_scan(connection, clock)
     spec = load_probe(probe)
     page = HttpMetricsSource(connection, spec.metrics_path)
+    read = page.scrape
+    if spec.prometheus_path:  # TensorRT-LLM: JSON iteration stats at metrics_path, Prometheus beside it
+        from llmdiag.collect.trtllm import json_or_prometheus, prometheus_companion
+
+        read = json_or_prometheus(page)
     server = Source(
-        spec=spec, display_url=page.display_url, read=page.scrape, close=page.close, required=True, label=spec.server
+        spec=spec, display_url=page.display_url, read=read, close=page.close, required=True, label=spec.server
     )
     optional, missing = open_telemetry(connection, telemetry)
+    if spec.prometheus_path and not connection.metrics_url:
+        optional.insert(0, prometheus_companion(spec, connection))
     count, interval = scrape_plan(duration_seconds)
     probe_requests: Canary | None = None
     try:
-        start = clock()
+        start = clock() if first_at is None else first_at
         end = start + (count - 1) * interval
         due = {id(s): start for s in optional}
         server_reads = 0
+        if first is not None:  # detection's read of the page is the window's first scrape
+            server.scrapes.append(first)
+            server_reads = 1
+            if canary:
+                probe_requests = Canary(connection, max(end - clock(), interval))
+                probe_requests.start()
+            if on_progress:
+                on_progress(1, count)
         while server_reads < count:
             server_due = start + server_reads * interval
             active = [s for s in optional if s.dropped is None and due[id(s)] <= min(server_due, end)]
@@ -217,7 +257,7 @@ def collect_live(
             f"only {len(server.scrapes)} of {count} scrapes of {server.display_url} succeeded: no window to measure"
             + (f" ({server.failures[-1]})" if server.failures else "")
         )
-    signal_set = build_signal_set(spec, server.scrapes, server.display_url)
+    signal_set = build_server_signals(spec, server.scrapes, server.display_url)
     signal_set.anomalies += server.failures
     for source in optional:
         if source.dropped is None and len(source.scrapes) < 2:
@@ -234,6 +274,10 @@ def collect_live(
     elif canary_part is not None:
         missing.append(canary_part)
     signal_set.sources += missing
+    if why:
+        from llmdiag.collect.detect import note_server_choice
+
+        note_server_choice(signal_set, probe, why)
     return signal_set
 
 
@@ -254,18 +298,41 @@ def read_dump(path: Path, max_bytes: int) -> Scrape:
         raise InputFileError(f"{path}: permission denied") from None
     match = SCRAPED_AT_RE.search(text[:4096])
     at = float(match.group(1)) if match else path.stat().st_mtime
+    if text.lstrip()[:1] == "[":  # TensorRT-LLM's JSON iteration stats, saved with curl
+        from llmdiag.collect.trtllm import parse_iteration_stats
+
+        try:
+            return parse_iteration_stats(text, at, origin=str(path))
+        except NotMetricsError:
+            pass  # not iteration records: the exposition parser says what it is
     try:
         return parse_exposition(text, at, origin=str(path))
     except (NotMetricsError, ExpositionParseError) as exc:
         raise InputFileError(exc.message, DUMP_HINT) from None
 
 
-def collect_files(paths: list[Path], probe: str = "vllm", max_bytes: int = 16 * 1024 * 1024) -> SignalSet:
-    """One dump: lifetime values since process start. Two or more: window values between the dumps."""
+def collect_files(paths: list[Path], probe: str | None = "vllm", max_bytes: int = 16 * 1024 * 1024) -> SignalSet:
+    """One dump: lifetime values since process start. Two or more: window values between the dumps.
+
+    ``probe`` None: the server is worked out from the dumps (``llmdiag.collect.detect``), and its coverage line
+    says so."""
     if not paths:
         raise UsageError("no dump files given", "llmdiag analyze metrics.prom [more.prom …]")
-    spec = load_probe(probe)
     scrapes = sorted((read_dump(p, max_bytes) for p in paths), key=lambda s: s.at_unix or 0.0)
+    why = ""
+    if probe is None:
+        from llmdiag.collect.detect import detect_files
+
+        try:
+            detection = detect_files(scrapes, os.fspath(paths[0]))
+        except NotMetricsError as exc:
+            raise InputFileError(exc.message, exc.hint) from None
+        probe, why = detection.probe, f"detected {detection.describe()}"
+    else:
+        from llmdiag.collect.detect import check_server_name
+
+        probe, why = check_server_name(probe), f"--server {probe} given"
+    spec = load_probe(probe)
     for path, scrape in zip(paths, scrapes, strict=True):
         try:
             check_server(spec, scrape, str(path))
@@ -279,10 +346,13 @@ def collect_files(paths: list[Path], probe: str = "vllm", max_bytes: int = 16 * 
         )
     where = os.fspath(paths[0]) if len(paths) == 1 else f"{len(paths)} dumps"
     origin = None
-    if len(scrapes) == 1:
+    if len(scrapes) == 1 and not hasattr(scrapes[0], "records"):  # JSON records carry their own times
         start = scrapes[0].series.get(PROCESS_START, {})
         origin = Scrape(at_unix=next(iter(start.values())) if start else None)
-    signal_set = build_signal_set(spec, scrapes, where, origin=origin)
+    signal_set = build_server_signals(spec, scrapes, where, origin=origin, live=False)
     if origin is not None and origin.at_unix is None:
         signal_set.window.note += " (no process_start_time_seconds: rates unavailable)"
+    from llmdiag.collect.detect import note_server_choice
+
+    note_server_choice(signal_set, probe, why)
     return signal_set

@@ -13,11 +13,11 @@ from llmdiag.collect.prometheus import (
     histogram_window,
     select,
 )
-from llmdiag.engine.schema import ProbeSpec, SignalSpec
+from llmdiag.engine.schema import ByDesignSpec, ProbeSpec, SignalSpec
 from llmdiag.model import Signal, SignalSet, SourceInfo, Window
 
 # labels that tell series of one metric apart without changing what it measures
-SERIES_LABELS = ("engine", "model_name", "gpu", "GPU_I_ID", "process")
+SERIES_LABELS = ("engine", "dp_rank", "model_name", "gpu", "GPU_I_ID", "process")
 
 # DCGM's "blank" codes (catalog, general traps): DCGM_INT64_BLANK = 0x7ffffffffffffff0 and the codes just above it
 # (not found, not supported, no permission …), and DCGM_FP64_BLANK = 2**47 with its codes. As doubles the int64
@@ -72,6 +72,25 @@ def _one_per_gpu(scrape: Scrape, name: str) -> Scrape:
     for key, value in values.items():
         folded.setdefault(tuple((k, v) for k, v in key if k not in MIG_LABELS), value)
     return Scrape(at_unix=scrape.at_unix, series={**scrape.series, name: folded}, types=scrape.types)
+
+
+def _fold(scrape: Scrape, name: str, labels: list[str]) -> Scrape:
+    """The scrape with ``name``'s series that differ only in ``labels`` (copies of one value) counted once."""
+    values = scrape.series.get(name)
+    if not values or not labels:
+        return scrape
+    folded: dict[LabelKey, float] = {}
+    for key, value in values.items():
+        folded.setdefault(tuple((k, v) for k, v in key if k not in labels), value)
+    return Scrape(at_unix=scrape.at_unix, series={**scrape.series, name: folded}, types=scrape.types)
+
+
+def _divided(scrape: Scrape, name: str, by: str) -> Scrape:
+    """The scrape with ``name``'s samples divided by ``by``'s total; without a positive total, no samples."""
+    total = sum(scrape.series.get(by, {}).values())
+    values = scrape.series.get(name, {})
+    kept = {k: v / total for k, v in values.items()} if total > 0 else {}
+    return Scrape(at_unix=scrape.at_unix, series={**scrape.series, name: kept}, types=scrape.types)
 
 
 def _series_name(key: LabelKey) -> str:
@@ -153,6 +172,12 @@ class SignalBuilder:
 
     def _gauge(self, spec: SignalSpec, wire: str, common: dict) -> Signal:
         scrapes = self.real if not spec.per_gpu else [_one_per_gpu(s, wire) for s in self.real]
+        scrapes = [_fold(s, wire, spec.fold_labels) for s in scrapes]
+        if spec.divide_by is not None:
+            if not any(s.has(spec.divide_by) for s in scrapes):
+                return Signal(**common, unavailable=f"{wire} is read over {spec.divide_by}, which is not exposed")
+            scrapes = [_divided(s, wire, spec.divide_by) for s in scrapes]
+            common = {**common, "source": f"{common['source']} / {spec.divide_by}"}
         if spec.any_bits is not None:
             scrapes = [_bits_set(s, wire, spec.any_bits) for s in scrapes]
         gw = gauge_window(scrapes, wire, spec.match, spec.aggregate)
@@ -177,10 +202,14 @@ class SignalBuilder:
 
     def _counter(self, spec: SignalSpec, wire: str, common: dict) -> Signal:
         scrapes = self.window_scrapes if not spec.per_gpu else [_one_per_gpu(s, wire) for s in self.window_scrapes]
+        scrapes = [_fold(s, wire, spec.fold_labels) for s in scrapes]
         cw = counter_increase(scrapes, wire, spec.match)
         if cw.resets:
             self.resets += cw.resets
             self.anomalies.append(f"{wire} went backwards {cw.resets} time(s): the server restarted in the window")
+        if spec.scale != 1.0:
+            cw.increase *= spec.scale
+            cw.per_series = {k: v * spec.scale for k, v in cw.per_series.items()}
         if not self.duration:
             reason = (
                 "a single dump without a process start time has no time base for a rate"
@@ -206,7 +235,7 @@ class SignalBuilder:
             if not select(after, wire, spec.match):
                 continue
             increase = counter_increase([before, after], wire, spec.match).increase
-            rates.append((after.at_unix, increase / (after.at_unix - before.at_unix)))
+            rates.append((after.at_unix, spec.scale * increase / (after.at_unix - before.at_unix)))
         return rates
 
     def _histogram(self, spec: SignalSpec, wire: str, common: dict) -> Signal:
@@ -215,6 +244,9 @@ class SignalBuilder:
             return Signal(**common, unavailable=f"{wire} has no buckets")
         if hw.resets:
             self.resets += hw.resets
+        if spec.scale != 1.0:
+            hw.buckets = [(le * spec.scale, cumulative) for le, cumulative in hw.buckets]
+            hw.total *= spec.scale
         if hw.count <= 0:
             return Signal(**common, stats={"count": 0.0}, unavailable="no observations in the window")
         stats = {"count": hw.count, "sum": hw.total}
@@ -252,6 +284,8 @@ def build_signal_set(
     signal_set = SignalSet()
     for signal_spec in spec.signal:
         signal_set.add(builder.build(signal_spec))
+    for fixed in spec.by_design:
+        signal_set.add(_by_design(spec, fixed, builder.duration))
     # what the collector itself noticed, as signals the sanity rules can judge
     for name, value, help_text in (
         ("counter_resets", builder.resets, "counters or histograms that went backwards in the window"),
@@ -281,6 +315,19 @@ def build_signal_set(
     return signal_set
 
 
+def _by_design(spec: ProbeSpec, fixed: ByDesignSpec, duration: float | None) -> Signal:
+    """A signal the server cannot have: its fixed value (never measured, and the source says so), or missing."""
+    source = f"{spec.name}: by design, not measured ({fixed.reason})"
+    if fixed.value is None:
+        return Signal.missing(fixed.name, fixed.kind, fixed.unit, fixed.reason, source=source)
+    if fixed.kind == "counter":
+        stats = {"rate": fixed.value, "increase": fixed.value * (duration or 0.0)}
+    else:
+        stats = dict.fromkeys(("last", "mean", "min", "max", "p90"), fixed.value)
+    return Signal(name=fixed.name, kind=fixed.kind, unit=fixed.unit, stats=stats, source=source,
+                  verify=f"{spec.server} documentation: {fixed.reason}", window_seconds=duration)  # fmt: skip
+
+
 def _source_info(spec: ProbeSpec, scrapes: list[Scrape], url: str) -> SourceInfo:
     models: set[str] = set()
     engines: set[str] = set()
@@ -294,6 +341,8 @@ def _source_info(spec: ProbeSpec, scrapes: list[Scrape], url: str) -> SourceInfo
                 models.add(labels["model_name"])
             if "engine" in labels:
                 engines.add(labels["engine"])
+            elif "dp_rank" in labels:  # SGLang's data-parallel ranks
+                engines.add(labels["dp_rank"])
     config: dict[str, str] = {}
     if spec.config_metric and last.has(spec.config_metric):
         first_key = next(iter(last.series[spec.config_metric]))
@@ -305,4 +354,5 @@ def _source_info(spec: ProbeSpec, scrapes: list[Scrape], url: str) -> SourceInfo
         models=sorted(models),
         engines=sorted(engines, key=lambda e: (len(e), e)),
         config=config,
+        note="; ".join(spec.notes),
     )

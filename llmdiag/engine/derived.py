@@ -276,7 +276,8 @@ def preemptions_per_finished_request(signals: SignalSet) -> float:
 @derived(
     "engine_load_imbalance_ratio",
     "ratio",
-    "Busiest engine's mean requests (running + waiting) over the mean across engines; 1.0 is balanced.",
+    "Busiest engine's (vLLM engine, SGLang dp_rank) mean requests (running + waiting) over the mean across engines; "
+    "1.0 is balanced.",
     formula="max / mean of per-engine running + waiting",
 )
 def engine_imbalance(signals: SignalSet) -> float:
@@ -286,7 +287,8 @@ def engine_imbalance(signals: SignalSet) -> float:
         if signal is None or signal.unavailable:
             raise Missing(f"{name} unavailable")
         for series, value in signal.by_series.items():
-            engine = dict(p.split("=", 1) for p in series.split(",") if "=" in p).get("engine", series)
+            labels = dict(p.split("=", 1) for p in series.split(",") if "=" in p)
+            engine = labels.get("engine", labels.get("dp_rank", series))  # vLLM's engine, SGLang's dp_rank
             load[engine] = load.get(engine, 0.0) + value
     if len(load) < 2:
         raise Missing("a single engine: nothing to balance")

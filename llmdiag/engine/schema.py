@@ -55,6 +55,12 @@ class SignalSpec(_Strict):
     missing_note: str = ""
     # how a user checks this value by hand, when the probe's own command does not fit
     verify: str = ""
+    # labels whose series are copies of one value (SGLang's tp_rank/pp_rank with metrics for all schedulers):
+    # series that differ only in these labels are counted once
+    fold_labels: list[str] = Field(default_factory=list)
+    # gauges: each sample divided by this gauge's total in the same scrape (TGI's reserved tokens over its token
+    # budget); a scrape without it (or with it at zero) has no value
+    divide_by: str | None = None
 
     @model_validator(mode="after")
     def _units_in_names(self) -> SignalSpec:
@@ -62,7 +68,35 @@ class SignalSpec(_Strict):
             raise ValueError("counter signals become rates: their name must end in _per_second")
         if self.kind == "info" and not self.label:
             raise ValueError("info signals need 'label', the label that carries the number")
+        if self.divide_by is not None and self.kind != "gauge":
+            raise ValueError("divide_by applies to gauges only")
         return self
+
+
+class ByDesignSpec(_Strict):
+    """A signal this server cannot have, by its design: a fixed value (TGI never preempts: 0 preemptions/s) or,
+    without ``value``, unavailable. Either way ``reason`` says why, in the coverage and the evidence's source."""
+
+    name: str
+    kind: Literal["gauge", "counter"]
+    unit: str
+    reason: str = Field(min_length=1)
+    value: float | None = None
+
+    @model_validator(mode="after")
+    def _counter_rate(self) -> ByDesignSpec:
+        if self.kind == "counter" and not self.name.endswith("_per_second"):
+            raise ValueError("counter signals become rates: their name must end in _per_second")
+        return self
+
+
+class DetectJsonSpec(_Strict):
+    """Detection by an endpoint of the server's own: GET ``path`` answers a JSON object with ``key`` (whose value
+    contains ``contains``, when given)."""
+
+    path: str = Field(pattern=r"^/")
+    key: str
+    contains: str = ""
 
 
 class ProbeSpec(_Strict):
@@ -72,12 +106,27 @@ class ProbeSpec(_Strict):
     metrics_path: str = "/metrics"
     # a page is this server's when any sample name starts with one of these
     detect_prefixes: list[str]
+    # exact names of an older release too generic to detect the server by, accepted once the probe is chosen
+    legacy_names: list[str] = Field(default_factory=list)
+    # a server whose metrics_path is not Prometheus (TensorRT-LLM's JSON): where its Prometheus page is
+    prometheus_path: str = ""
     # the info metric whose labels describe the server's configuration
     config_metric: str | None = None
     # DCGM-style "blank" sentinel values (no data / not supported) are dropped as missing, never read as numbers
     blank_sentinels: bool = False
     # how a user checks this probe's values by hand; empty: curl the page and grep the metric (HTTP probes)
     verify: str = ""
+    # "server": an inference server's own page, a candidate for auto-detection (llmdiag.collect.detect) and
+    # `--server NAME`; "telemetry": GPU, host and other pages read beside it
+    role: Literal["server", "telemetry"] = "telemetry"
+    # server auto-detection (llmdiag.collect.detect) beyond the metric prefixes: a response header whose value
+    # contains the text (lower case), /v1/models' owned_by values, and JSON endpoints of the server's own
+    detect_headers: dict[str, str] = Field(default_factory=dict)
+    detect_owned_by: list[str] = Field(default_factory=list)
+    detect_json: list[DetectJsonSpec] = Field(default_factory=list)
+    # caveats about this server's metrics, shown with the probe in the coverage
+    notes: list[str] = Field(default_factory=list)
+    by_design: list[ByDesignSpec] = Field(default_factory=list)
     signal: list[SignalSpec]
 
     @field_validator("signal")
@@ -88,6 +137,13 @@ class ProbeSpec(_Strict):
         if dupes:
             raise ValueError(f"signal names repeat: {sorted(dupes)}")
         return signals
+
+    @model_validator(mode="after")
+    def _by_design_not_measured(self) -> ProbeSpec:
+        both = {s.name for s in self.signal} & {b.name for b in self.by_design}
+        if both:
+            raise ValueError(f"signals both measured and fixed by design: {sorted(both)}")
+        return self
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,11 +194,25 @@ class Ladder(SignalRef):
         return self
 
 
+ENGINES = ("vllm", "sglang", "trtllm", "tgi", "llamacpp")
+
+
 class Fix(_Strict):
+    """What to change: ``text`` for everyone, then each engine's own flags or options. An engine the rule cannot
+    judge (its signals do not exist there) is left out of ``applies_to``; every engine in it needs its fixes."""
+
     text: str
     vllm: list[str] = Field(default_factory=list)
     sglang: list[str] = Field(default_factory=list)
     trtllm: list[str] = Field(default_factory=list)
+    tgi: list[str] = Field(default_factory=list)
+    llamacpp: list[str] = Field(default_factory=list)
+    applies_to: list[Literal["vllm", "sglang", "trtllm", "tgi", "llamacpp"]] = Field(
+        default_factory=lambda: list(ENGINES)
+    )
+
+    def for_engine(self, engine: str) -> list[str]:
+        return list(getattr(self, engine, [])) if engine in ENGINES else []
 
 
 class RuleSpec(_Strict):
@@ -162,6 +232,8 @@ class RuleSpec(_Strict):
     gate: list[Condition] = Field(default_factory=list)
     evidence: list[SignalRef] = Field(default_factory=list)
     fix: Fix
+    # judged only where that rule is skipped for want of inputs (a stand-in for logs, which lack request counts)
+    instead_of: str | None = None
 
     @field_validator("code")
     @classmethod

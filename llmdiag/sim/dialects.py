@@ -142,3 +142,37 @@ def _vllm_pages(state: SimState) -> dict[str, Page]:
 
 VLLM = register(Dialect(name="vllm", summary=f"vLLM {VLLM_VERSION.split('+')[0]}", setup=_vllm_pages,
                         headers={"server": "uvicorn"}, owned_by="vllm"))  # fmt: skip
+
+
+# --- hand-written exposition text (servers that do not use prometheus_client: TGI's Rust exporter, llama.cpp) ---
+
+
+def _labels_text(labels: Mapping[str, str]) -> str:
+    if not labels:
+        return ""
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return "{" + inner + "}"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def text_family(name: str, kind: str, help_text: str, rows: list[tuple[Mapping[str, str], float]]) -> str:
+    """One family in the text format as a non-Python exporter writes it: counters under their bare name."""
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"] if help_text else [f"# TYPE {name} {kind}"]
+    lines += [f"{name}{_labels_text(labels)} {_number(value)}" for labels, value in rows]
+    return "\n".join(lines) + "\n"
+
+
+def text_histogram(name: str, help_text: str, rows: list[tuple[Mapping[str, str], Any]]) -> str:
+    """A histogram family from ``llmdiag.sim.engine.Histogram`` objects, one per label set."""
+    lines = [f"# HELP {name} {help_text}"] if help_text else []
+    lines.append(f"# TYPE {name} histogram")
+    for labels, hist in rows:
+        for bound, count in hist.cumulative():
+            le = "+Inf" if bound == float("inf") else _number(bound)
+            lines.append(f"{name}_bucket{_labels_text({**labels, 'le': le})} {count}")
+        lines.append(f"{name}_sum{_labels_text(labels)} {_number(hist.total)}")
+        lines.append(f"{name}_count{_labels_text(labels)} {hist.count}")
+    return "\n".join(lines) + "\n"
