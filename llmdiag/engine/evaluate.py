@@ -31,6 +31,8 @@ from llmdiag.model import (
 
 # signals without which "healthy" cannot be claimed
 CORE_SIGNALS = ("requests_running", "requests_waiting", "kv_cache_usage_ratio", "ttft_seconds", "itl_seconds")
+# server logs print no latency histogram: judged from the stat lines (ITL estimated from them), TTFT is left out
+LOG_CORE_SIGNALS = ("requests_running", "requests_waiting", "kv_cache_usage_ratio", "itl_seconds")
 # when two classes fire at the same severity, the one that causes the other's symptoms wins:
 # a full KV cache makes requests queue, so memory outranks scheduling
 ROOT_CAUSE_ORDER = {Category.memory: 3, Category.network: 2, Category.compute: 1, Category.scheduling: 0}
@@ -99,9 +101,16 @@ def render_summary(template: str, signals: SignalSet) -> str:
     return PLACEHOLDER_RE.sub(fill, template)
 
 
+def _from_logs(signals: SignalSet) -> bool:
+    return bool(signals.sources) and signals.sources[0].probe.endswith("-log")
+
+
+def _core_signals(signals: SignalSet) -> tuple[str, ...]:
+    return LOG_CORE_SIGNALS if _from_logs(signals) else CORE_SIGNALS
+
+
 def fixes_for(rule: RuleSpec, server: str) -> list[str]:
-    per_engine = {"vllm": rule.fix.vllm, "sglang": rule.fix.sglang, "trtllm": rule.fix.trtllm}.get(server, [])
-    return [rule.fix.text, *per_engine]
+    return [rule.fix.text, *rule.fix.for_engine(server)]
 
 
 def evaluate_rule(
@@ -225,8 +234,9 @@ def _confidence(
     bottleneck: Bottleneck, findings: list[Finding], primary: Finding | None, signals: SignalSet
 ) -> tuple[float, list[str]]:
     notes: list[str] = []
-    available = [n for n in CORE_SIGNALS if (s := signals.get(n)) is not None and s.unavailable is None]
-    coverage = len(available) / len(CORE_SIGNALS)
+    core = _core_signals(signals)
+    available = [n for n in core if (s := signals.get(n)) is not None and s.unavailable is None]
+    coverage = len(available) / len(core)
     if primary is not None:
         score = 0.85 if primary.severity is Severity.critical else 0.65
         same = [f for f in findings if f.category is primary.category]
@@ -269,6 +279,15 @@ def _summary(bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet
         besides = f" besides this scan's {canaries:.0f} canary requests" if canaries else ""
         return (f"Idle: no request ran, waited or produced a token in the {duration:.0f} s window{besides}; "
                 "nothing to diagnose.")  # fmt: skip
+    if bottleneck is Bottleneck.healthy and _from_logs(signals):
+        return render_summary(
+            "Healthy: {generation_tokens_per_second.rate:.0f} output tokens/s across "
+            "{requests_running_avg.value:.1f} running requests ({per_user_tokens_per_second.value:.0f} tokens/s "
+            "each), {requests_waiting_avg.value:.1f} waiting on average, KV cache at most "
+            "{kv_cache_usage_ratio.max:.0%}; inter-token latency ≈ {itl_seconds.mean:.3f} s (estimated from the "
+            "log; logs carry no TTFT).",
+            signals,
+        )
     if bottleneck is Bottleneck.healthy:
         return render_summary(
             "Healthy: {generation_tokens_per_second.rate:.0f} output tokens/s across "
@@ -280,11 +299,25 @@ def _summary(bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet
     return "Unknown: too little evidence to judge; missing " + ", ".join(missing) + "."
 
 
+def _stand_ins(rules: tuple[RuleSpec, ...], outcomes: list[RuleOutcome], findings: list[Finding]) -> None:
+    """A rule with ``instead_of`` judges only where that rule could not (its inputs unavailable, e.g. in logs)."""
+    status = {o.code: o.status for o in outcomes}
+    for rule in rules:
+        if rule.instead_of is None or status.get(rule.instead_of) == "skipped":
+            continue
+        index = next(i for i, o in enumerate(outcomes) if o.code == rule.code)
+        if outcomes[index].status == "muted":
+            continue
+        reason = f"{rule.instead_of} judged this window (its inputs are available); {rule.code} stands in only without"
+        outcomes[index] = RuleOutcome(code=rule.code, status="skipped", reason=reason)
+        findings[:] = [f for f in findings if f.code != rule.code]
+
+
 def build_verdict(signals: SignalSet, settings: Settings | None = None, target: str = "") -> Verdict:
     settings = settings or Settings()
     add_derived(signals)
     rules = load_rules()
-    server = signals.sources[0].probe if signals.sources else "vllm"
+    server = signals.sources[0].probe.removesuffix("-log") if signals.sources else "vllm"
     outcomes: list[RuleOutcome] = []
     findings: list[Finding] = []
     for rule in rules:
@@ -292,13 +325,14 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
         outcomes.append(outcome)
         if finding is not None:
             findings.append(finding)
+    _stand_ins(rules, outcomes, findings)
     # what limits the server first, then advisories and sanity notes
     findings.sort(
         key=lambda f: (not f.advisory, f.severity.rank, ROOT_CAUSE_ORDER.get(f.category, -1), f.margin), reverse=True
     )
     classed = [f for f in findings if f.category in BOTTLENECK_CATEGORIES and not f.advisory]
     primary = classed[0] if classed else None
-    missing = [n for n in CORE_SIGNALS if (s := signals.get(n)) is None or s.unavailable is not None]
+    missing = [n for n in _core_signals(signals) if (s := signals.get(n)) is None or s.unavailable is not None]
     if primary is not None:
         bottleneck = Bottleneck(primary.category.value)
     else:

@@ -8,7 +8,9 @@ from pathlib import Path
 from llmdiag.engine.schema import RuleSpec
 from llmdiag.render.files import write_atomic
 
-ENGINE_TITLES = (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM"))
+ENGINE_TITLES = (
+    ("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM"), ("tgi", "TGI"), ("llamacpp", "llama.cpp")
+)
 # sections every rule page has; a test fails when one is empty
 DOC_SECTIONS = ("What it catches", "Why it matters", "When it fires", "How to check by hand", "How to fix")
 

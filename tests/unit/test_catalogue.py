@@ -22,7 +22,8 @@ from tests.conftest import REPO_ROOT
 
 COLLECTOR_SIGNALS = {"counter_resets", "implausible_samples"}
 # probes/ also holds data tables that are not probe specs, each read by its own model and loader
-NOT_PROBE_SPECS = {"links", "collectives"}  # links.toml: llmdiag/engine/links.py; collectives.toml: engine/trace.py
+# links.toml: llmdiag/engine/links.py; collectives.toml: engine/trace.py; logs.toml: collect/logs.py
+NOT_PROBE_SPECS = {"links", "collectives", "logs"}
 PROBES = sorted(p.stem for p in (REPO_ROOT / "probes").glob("*.toml") if p.stem not in NOT_PROBE_SPECS)
 
 
