@@ -1,0 +1,153 @@
+"""TensorRT-LLM (trtllm-serve JSON iteration stats and /prometheus/metrics) and Triton's TensorRT-LLM backend:
+real recorded records parsed into signals, and the simulator's trtllm and triton dialects scanned live, with the
+same classes as the vLLM dialect. Part B of issue 8."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import requests
+
+from llmdiag.collect import collect_files, collect_live
+from llmdiag.collect.http import Connection
+from llmdiag.collect.trtllm import missing_records, signals_from_iteration_records
+from llmdiag.engine.evaluate import build_verdict
+from llmdiag.sim.presets import get_preset
+from llmdiag.sim.server import ClosedLoopLoad, SimServer
+from tests.conftest import FIXTURES
+
+RECORDS = FIXTURES / "trtllm"
+WARMUP_SECONDS = 2.0
+SCAN_SECONDS = 3.0
+
+
+def load(name: str) -> list[dict]:
+    return json.loads((RECORDS / name).read_text())
+
+
+def test_real_trt_backend_record_maps_to_vllm_vocabulary():
+    signals = signals_from_iteration_records(load("iteration-stats-trt-backend-1.0.0rc4.json"), window_seconds=1.0)
+    assert signals.get("requests_running").stats["last"] == 1
+    assert signals.get("requests_waiting").stats["last"] == 0
+    assert signals.get("kv_cache_usage_ratio").stats["last"] == pytest.approx(3 / 22955)
+    assert signals.get("kv_cache_blocks").stats["value"] == 22955
+    assert signals.get("kv_cache_block_size_tokens").stats["value"] == 32
+    assert signals.get("itl_seconds").stats["mean"] == pytest.approx(0.013021209)
+    assert signals.get("generation_tokens_per_second").stats["increase"] == 1  # one generation request, 1 token
+    assert signals.get("preemptions_per_second").stats["rate"] == 0
+
+
+def test_real_long_prompt_record_queues_with_room_and_names_guaranteed_no_evict():
+    # issue #3376's executor record: 7 queued, 1 active of 16, 16000 of 17800 context tokens, KV 76 % allocated
+    signals = signals_from_iteration_records(load("iteration-stats-executor-long-prompt.json"), window_seconds=2.0)
+    assert signals.get("requests_waiting").stats["last"] == 7
+    assert signals.get("kv_cache_usage_ratio").stats["last"] == pytest.approx(5495 / 7240)
+    assert signals.get("prompt_tokens_per_second").stats["increase"] == 16000
+    assert signals.get("queue_time_seconds").stats["mean"] == pytest.approx(0.091039e-3)
+    assert signals.get("queued_with_batch_room_ratio").stats["value"] == 1.0
+    assert any("GUARANTEED_NO_EVICT" in a for a in signals.anomalies)
+
+
+def test_saved_json_dump_is_analyzed_over_its_records_timestamps(tmp_path):
+    records = load("iteration-stats-executor-long-prompt.json") + load("iteration-stats-trt-backend-1.0.0rc4.json")
+    dump = tmp_path / "metrics.json"
+    dump.write_text(json.dumps(records))
+    signals = collect_files([dump], probe="trtllm")
+    assert signals.get("requests_waiting").stats["max"] == 7
+    assert signals.window.duration_seconds > 0
+    with pytest.raises(Exception, match="TensorRT-LLM's JSON iteration stats"):
+        collect_files([dump], probe="vllm")
+
+
+def test_holes_in_iter_numbers_are_counted():
+    assert missing_records([1, 2, 3, 7, 8], before=0) == (3, 8, 1)
+    assert missing_records([10, 20, 30, 50], stride=10) == (1, 4, 10)
+    assert missing_records([5, 6, 7], before=4) == (0, 3, 1)
+
+
+def scan(dialect: str, preset_name: str, probe: str, path: str | None = None, during=None):
+    preset = get_preset(preset_name)
+    with SimServer(preset, dialect=dialect) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=30):
+        time.sleep(WARMUP_SECONDS)
+        stop = threading.Event()
+        thief = None
+        if during is not None:
+            thief = threading.Thread(target=during, args=(sim.url, stop), daemon=True)
+            thief.start()
+        try:
+            conn = Connection(sim.url, metrics_url=sim.url + path if path else None)
+            signals = collect_live(conn, SCAN_SECONDS, probe=probe)
+        finally:
+            stop.set()
+            if thief is not None:
+                thief.join(5)
+    return signals, build_verdict(signals)
+
+
+def evidence(verdict, code: str) -> dict[str, float | None]:
+    finding = next(f for f in verdict.findings if f.code == code)
+    return {e.signal: e.value for e in finding.evidence}
+
+
+@pytest.mark.parametrize(
+    ("dialect", "probe", "path", "preset", "code"),
+    [
+        ("trtllm", "trtllm", None, "memory", "MEM001"),  # JSON records: pauses are preemptions
+        ("trtllm", "trtllm", None, "scheduling", "SCH001"),
+        ("trtllm", "trtllm", None, "healthy", None),
+        ("trtllm", "trtllm", "/prometheus/metrics", "memory", "MEM003"),  # paused only as a sampled gauge
+        ("triton", "triton", None, "memory", "MEM003"),
+        ("triton", "triton", None, "healthy", None),
+    ],
+)
+def test_simulated_dialect_gives_the_vllm_class(dialect, probe, path, preset, code):
+    signals, verdict = scan(dialect, preset, probe, path)
+    expected = get_preset(preset).expected
+    assert verdict.bottleneck.value == expected, [(f.code, f.summary) for f in verdict.findings]
+    if code is None:
+        assert signals.get("ttft_seconds").unavailable is None
+        assert signals.get("requests_waiting").stats["mean"] < 1  # per-iteration records catch brief arrivals
+        assert signals.get("kv_cache_usage_ratio").stats["max"] < 0.2
+        return
+    assert verdict.findings[0].code == code
+    numbers = evidence(verdict, code)
+    if expected == "memory":
+        assert numbers["requests_waiting_avg"] > 5
+        assert signals.get("kv_cache_usage_ratio").stats["max"] >= 0.9
+        assert signals.get("kv_cache_blocks").stats["value"] == 1512  # the preset's pool
+    if code == "MEM001":
+        assert numbers["preemptions_per_second"] > 0  # numPausedRequests summed over the records
+    if expected == "scheduling":
+        assert numbers["requests_running"] == 4  # --max-num-seqs 4 → maxNumActiveRequests
+        assert numbers["requests_waiting_avg"] > 20
+    if path is None and dialect == "trtllm":
+        assert signals.get("iteration_records_missing_ratio").stats["value"] == 0
+
+
+def steal(url: str, stop: threading.Event) -> None:
+    while not stop.is_set():
+        requests.get(url + "/metrics", timeout=5)
+        stop.wait(0.15)
+
+
+def test_a_second_scraper_draining_metrics_is_reported():
+    signals, verdict = scan("trtllm", "healthy", "trtllm", during=steal)
+    assert signals.get("iteration_records_missing_ratio").stats["value"] > 0.2
+    note = next(n for n in verdict.notes if "iteration records missing" in n)
+    assert "another scraper" in note and "/prometheus/metrics" in note
+
+
+def test_prometheus_page_absent_says_which_options_enable_it():
+    signals, _ = scan("trtllm", "healthy", "trtllm", path="/prometheus/metrics")
+    assert signals.get("requests_running").unavailable is None  # the simulator serves it; now an absent one:
+    from llmdiag.collect.prometheus import parse_exposition
+    from llmdiag.collect.signals import build_signal_set
+    from llmdiag.engine.loader import load_probe
+
+    page = parse_exposition('request_success_total{model_name="m"} 3.0\n', 1.0)
+    built = build_signal_set(load_probe("trtllm"), [page, page], "x")
+    assert "enable_iter_perf_stats: true" in built.get("requests_running").unavailable
+    assert "return_perf_metrics: true" in built.get("ttft_seconds").unavailable
