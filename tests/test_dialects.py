@@ -1,0 +1,211 @@
+"""Other servers than vLLM: the simulator in each dialect scanned live, server detection, and hand-assembled pages
+of each server (tests/fixtures/SERVERS-README.md) read through their probe specs.
+
+The live tests run the simulator in SGLang's, TGI's and llama.cpp's dialect, in the same presets as the vLLM tests,
+and scan it with the CLI as a user would (``llmdiag scan URL``, no --server): the server must be detected, and the
+verdict must be the same class as vLLM's where the server exposes the signals. llama.cpp (a recent build) has no KV
+gauge and no latency histograms, so its verdicts stay unknown and the coverage says why.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from llmdiag.api import diagnose_files
+from llmdiag.collect.detect import detect_live, server_names
+from llmdiag.collect.http import Connection
+from llmdiag.sim.dialects import dialect_names, get_dialect
+from llmdiag.sim.presets import get_preset
+from llmdiag.sim.server import ClosedLoopLoad, SimServer
+from tests.conftest import FIXTURES, run_cli
+
+SCAN_SECONDS = "5"
+WARMUP_SECONDS = 2.0
+
+
+def scan_dialect(dialect: str, preset_name: str, *extra: str) -> dict:
+    preset = get_preset(preset_name)
+    with SimServer(preset, dialect=dialect) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=60):
+        time.sleep(WARMUP_SECONDS)
+        result = run_cli("scan", sim.url, "--no-nvml", "--duration", SCAN_SECONDS, "--json", "--fail-on", "never",
+                         *extra, timeout=90)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def stat(verdict: dict, signal: str, name: str) -> float:
+    entry = verdict["signals"][signal]
+    assert entry.get("unavailable") is None, (signal, entry.get("unavailable"))
+    return entry["stats"][name]
+
+
+def describe(verdict: dict) -> str:
+    return f"{verdict['bottleneck']}: {[(f['code'], f['severity']) for f in verdict['findings']]}"
+
+
+def server_note(verdict: dict) -> str:
+    return verdict["coverage"]["probes"][0]["note"]
+
+
+def codes(verdict: dict) -> set[str]:
+    return {f["code"] for f in verdict["findings"]}
+
+
+def test_registry_knows_every_dialect_and_refuses_others():
+    assert {"vllm", "sglang", "tgi", "llamacpp"} <= set(dialect_names())
+    assert {"vllm", "sglang", "tgi", "llamacpp"} <= set(server_names())
+    with pytest.raises(Exception, match="unknown simulator dialect"):
+        get_dialect("ollama")
+
+
+# --- live: each dialect × preset, the same class as vLLM ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("dialect", ["sglang", "tgi"])
+def test_memory_preset_is_memory(dialect):
+    verdict = scan_dialect(dialect, "memory")
+    assert verdict["bottleneck"] == "memory", describe(verdict)
+    assert stat(verdict, "kv_cache_usage_ratio", "max") >= 0.9
+    assert stat(verdict, "requests_waiting", "max") >= 1
+    if dialect == "sglang":  # retractions are SGLang's preemptions
+        assert "MEM001" in codes(verdict)
+        assert stat(verdict, "preemptions_per_second", "rate") > 0
+        assert verdict["signals"]["preemptions_per_second"]["source"].endswith("sglang:num_retracted_requests_total")
+    else:  # TGI never preempts: the KV-full-with-a-queue rule speaks, and the zero is by design, not measured
+        assert "MEM003" in codes(verdict)
+        assert stat(verdict, "preemptions_per_second", "rate") == 0
+        assert "by design" in verdict["signals"]["preemptions_per_second"]["source"]
+        assert "tgi_batch_max_total_tokens" in verdict["signals"]["kv_cache_usage_ratio"]["source"]
+    assert server_note(verdict).startswith(f"server: detected {'SGLang' if dialect == 'sglang' else 'TGI'}")
+
+
+@pytest.mark.parametrize("dialect", ["sglang", "tgi"])
+def test_scheduling_preset_is_scheduling(dialect):
+    verdict = scan_dialect(dialect, "scheduling")
+    assert verdict["bottleneck"] == "scheduling", describe(verdict)
+    assert "SCH001" in codes(verdict)
+    cap = get_preset("scheduling").engine.max_num_seqs
+    assert stat(verdict, "requests_running", "max") == cap
+    assert stat(verdict, "requests_waiting", "mean") >= 4
+    assert stat(verdict, "kv_cache_usage_ratio", "max") < 0.8
+    assert stat(verdict, "itl_seconds", "mean") < 0.05
+
+
+@pytest.mark.parametrize("dialect", ["sglang", "tgi", "llamacpp"])
+def test_healthy_preset_is_not_a_bottleneck(dialect):
+    verdict = scan_dialect(dialect, "healthy")
+    assert not [f for f in verdict["findings"] if f["category"] != "sanity"], describe(verdict)
+    if dialect == "sglang":
+        assert verdict["bottleneck"] == "healthy", describe(verdict)
+    else:  # no server-side TTFT histogram on TGI or llama.cpp: a healthy verdict needs one (open: the canary's)
+        assert verdict["bottleneck"] == "unknown" and "ttft_seconds" in verdict["summary"], describe(verdict)
+    if dialect == "tgi":  # TGI counts requests, not tokens
+        assert stat(verdict, "requests_finished_per_second", "rate") > 0
+    else:
+        assert stat(verdict, "generation_tokens_per_second", "rate") > 0
+
+
+def test_sglang_compute_preset_is_compute():
+    verdict = scan_dialect("sglang", "compute")
+    assert verdict["bottleneck"] == "compute", describe(verdict)
+    assert "CMP001" in codes(verdict)
+    assert stat(verdict, "itl_seconds", "mean") >= 0.05
+    assert stat(verdict, "kv_cache_usage_ratio", "max") < 0.8
+
+
+def test_llamacpp_memory_preset_says_it_cannot_see_the_kv_cache():
+    """A recent llama.cpp has no KV gauge: the verdict does not guess memory, and the coverage says why."""
+    verdict = scan_dialect("llamacpp", "memory")
+    assert verdict["bottleneck"] != "memory", describe(verdict)
+    kv = verdict["signals"]["kv_cache_usage_ratio"]
+    assert "PR #13660" in kv["unavailable"]
+    assert stat(verdict, "requests_waiting", "mean") >= 1  # the deferred requests are seen
+    assert "llama.cpp" in server_note(verdict) and "canary" in server_note(verdict)
+
+
+# --- detection ------------------------------------------------------------------------------------------------
+
+
+def test_detection_reasons_and_override():
+    with SimServer("healthy", dialect="llamacpp") as sim:
+        found = detect_live(Connection(base_url=sim.url))
+        assert found.probe == "llamacpp"
+        assert found.reason == f"10 metric names on {sim.metrics_url} start with 'llamacpp:'"
+        # a page at another URL that is none of theirs: the headers, endpoints and /v1/models still tell
+        bare = detect_live(Connection(base_url=sim.url, metrics_url=f"{sim.url}/dcgm/metrics"))
+        assert bare.probe == "llamacpp" and "header 'server: llama.cpp'" in bare.reason
+    with SimServer("healthy", dialect="tgi") as sim:
+        found = detect_live(Connection(base_url=sim.url, metrics_url=f"{sim.url}/dcgm/metrics"))
+        assert found.probe == "tgi" and found.reason == "/info answered JSON with 'router' = 'text-generation-router'"
+    with SimServer("healthy", dialect="sglang") as sim:
+        found = detect_live(Connection(base_url=sim.url, metrics_url=f"{sim.url}/dcgm/metrics"))
+        assert found.probe == "sglang"  # /get_model_info, or /v1/models' owned_by
+    with SimServer("healthy") as sim:
+        found = detect_live(Connection(base_url=sim.url))
+        assert found.probe == "vllm" and found.version == "0.33.0+llmdiag.sim"
+        # --server overrides detection, and a page that is not that server's is refused as before
+        result = run_cli("scan", sim.url, "--server", "sglang", "--no-nvml", "--no-probe", "--duration", "2")
+        assert result.returncode == 2
+        assert "none from SGLang" in result.stderr
+        result = run_cli("scan", sim.url, "--server", "ollama", "--duration", "2")
+        assert result.returncode == 2 and "--server ollama: unknown server" in result.stderr
+
+
+def test_unrecognised_server_is_one_clear_error():
+    with SimServer("healthy") as sim:  # the DCGM page: Prometheus, but no inference server's names
+        result = run_cli("scan", sim.url, "--metrics-url", f"{sim.url}/dcgm/metrics", "--no-nvml", "--duration", "2")
+    # the simulator's /v1/models says owned_by vllm: detection falls back to it, and the scan then says the page
+    # is not vLLM's
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[0].startswith("ERROR:") and "none from vLLM" in lines[0]
+
+
+# --- hand-assembled pages (tests/fixtures/SERVERS-README.md) ------------------------------------------------
+
+
+def test_sglang_pages_fold_tp_copies_and_find_dp_imbalance():
+    verdict = diagnose_files(sorted((FIXTURES / "sglang").glob("*.prom")))
+    assert verdict.signals["requests_running"].stats["max"] == 34  # 31 + 3: dp ranks summed, tp copies once
+    assert verdict.signals["requests_running"].by_series.keys() == {
+        "dp_rank=0,model_name=meta-llama/Llama-3.1-8B-Instruct", "dp_rank=1,model_name=meta-llama/Llama-3.1-8B-Instruct"
+    }  # fmt: skip
+    imbalance = verdict.signals["engine_load_imbalance_ratio"].stats["value"]
+    assert imbalance == pytest.approx((31 + 14 + 30 + 12) / 2 / ((31 + 14 + 30 + 12 + 3 + 4) / 4), rel=1e-6)
+    assert "SCH005" in {f.code for f in verdict.findings}
+    assert verdict.signals["preemptions_per_second"].stats["rate"] == 0  # retraction counter flat in the window
+    assert "detected SGLang" in verdict.coverage.probes[0].note
+
+
+def test_tgi_pages_read_the_token_budget_as_kv_usage():
+    verdict = diagnose_files(sorted((FIXTURES / "tgi").glob("*.prom")))
+    assert verdict.signals["kv_cache_usage_ratio"].stats["max"] == pytest.approx(159500 / 160000)
+    assert verdict.signals["requests_waiting"].stats["mean"] == 10
+    assert verdict.signals["requests_finished_per_second"].stats["rate"] == pytest.approx(9.0)
+    assert verdict.bottleneck.value == "memory"
+    assert "MEM003" in {f.code for f in verdict.findings}
+
+
+def test_llamacpp_pages_say_the_kv_gauge_is_gone():
+    verdict = diagnose_files(sorted((FIXTURES / "llamacpp").glob("*.prom")))
+    assert "PR #13660" in verdict.signals["kv_cache_usage_ratio"].unavailable
+    assert verdict.signals["requests_waiting"].stats["mean"] == 6.5
+    assert verdict.signals["generation_tokens_per_second"].stats["rate"] == pytest.approx(160.0)
+    # summed slot time per generated token: the mean time per output token, 40 s / 1600 tokens
+    assert verdict.signals["generation_busy_seconds_per_second"].stats["rate"] == pytest.approx(4.0)
+    assert verdict.bottleneck.value != "memory"
+
+
+def test_analyze_server_override_and_unrecognised_dump(tmp_path):
+    dump = tmp_path / "other.prom"
+    dump.write_text("# TYPE go_goroutines gauge\ngo_goroutines 5\n")
+    result = run_cli("analyze", str(dump))
+    assert result.returncode == 2
+    assert "unsupported or unrecognised server" in result.stderr and "go_goroutines" in result.stderr
+    pages = [str(p) for p in sorted((FIXTURES / "tgi").glob("*.prom"))]
+    result = run_cli("analyze", *pages, "--server", "tgi", "--json", "--fail-on", "never")
+    assert result.returncode == 0, result.stderr
+    assert "--server tgi given" in json.loads(result.stdout)["coverage"]["probes"][0]["note"]
