@@ -99,3 +99,9 @@ class ResponseTooLargeError(ProbeError):
 
 class EmptyWindowError(ProbeError):
     hint = "scan again; a server that restarts during the window leaves nothing to compare"
+
+
+class PrometheusQueryError(ProbeError):
+    """A Prometheus (or Mimir/Thanos) query API answered with an error: HTTP status, ``status: error``, a limit."""
+
+    hint = "check the query by hand with the curl line in the message's signal, or narrow --selector / the window"

@@ -1,0 +1,182 @@
+"""A real Prometheus for the fleet tests: Debian's ``prometheus`` package, started on a free loopback port.
+
+    python -m tests.prometheus_server install     # idempotent: apt-get install prometheus (~7 s), skipped when on PATH
+
+``make test`` runs the install and sets LLMDIAG_PROMETHEUS_TESTS=1, which turns a missing Prometheus into a failure
+instead of a skip.
+
+    with PrometheusServer({"vllm": [url1, url2], "dcgm": [dcgm1]}) as prom:
+        prom.url, prom.wait_for_samples("vllm:num_requests_running", 4)
+
+Each group is one scrape job; targets are ``http://HOST:PORT/path`` URLs, or (URL, {label: value}) pairs whose labels
+Prometheus attaches to that target's series (as Kubernetes service discovery attaches ``pod``/``namespace``). Each
+URL's path becomes the job's metrics_path, so the targets of one group share a path. Scrapes every
+``interval_seconds`` (1 s by default).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import requests
+
+REQUIRED_ENV = "LLMDIAG_PROMETHEUS_TESTS"
+BINARY = os.environ.get("LLMDIAG_PROMETHEUS", "prometheus")
+
+
+def missing() -> str | None:
+    """Why the Prometheus tests cannot run here, or None when they can."""
+    if shutil.which(BINARY) is None:
+        return f"{BINARY} not on PATH (python -m tests.prometheus_server install)"
+    return None
+
+
+def require() -> None:
+    """Skip the test when Prometheus is missing, or fail when the run asked for the Prometheus tests."""
+    import pytest
+
+    reason = missing()
+    if reason is None:
+        return
+    if os.environ.get(REQUIRED_ENV) == "1":
+        pytest.fail(f"{REQUIRED_ENV}=1 but {reason}")
+    pytest.skip(reason)
+
+
+def install() -> int:
+    if missing() is None:
+        print(f"prometheus: {shutil.which(BINARY)} (already installed)")
+        return 0
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    cmd = ["apt-get", "install", "-y", "--no-install-recommends", "prometheus"]
+    done = subprocess.run(cmd, env=env, check=False)
+    if done.returncode != 0:
+        subprocess.run(["apt-get", "update"], env=env, check=False)
+        done = subprocess.run(cmd, env=env, check=False)
+    if done.returncode != 0 or missing() is not None:
+        print("prometheus: install failed", file=sys.stderr)
+        return 1
+    print(f"prometheus: installed {shutil.which(BINARY)}")
+    return 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+Target = str | tuple[str, dict[str, str]]
+
+
+def scrape_config(groups: dict[str, list[Target]], interval_seconds: float) -> str:
+    """prometheus.yml for the groups: one job each, static targets (JSON is valid YAML)."""
+    import json
+
+    jobs = []
+    for job, targets in groups.items():
+        pairs = [(t, {}) if isinstance(t, str) else t for t in targets]
+        parts = [urlsplit(u) for u, _ in pairs]
+        paths = {p.path or "/metrics" for p in parts}
+        if len(paths) > 1:
+            raise ValueError(f"job {job}: its targets must share one metrics path, got {sorted(paths)}")
+        jobs.append({
+            "job_name": job,
+            "metrics_path": paths.pop() if paths else "/metrics",
+            "scheme": parts[0].scheme if parts else "http",
+            "static_configs": [
+                {"targets": [p.netloc], "labels": labels} for p, (_, labels) in zip(parts, pairs, strict=True)
+            ],
+        })  # fmt: skip
+    interval = f"{int(interval_seconds * 1000)}ms"
+    config = {"global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
+              "scrape_configs": jobs}  # fmt: skip
+    return json.dumps(config, indent=1)
+
+
+class PrometheusServer:
+    """Prometheus on 127.0.0.1:<free port>, scraping ``groups``; stopped (SIGTERM) and its TSDB removed on exit."""
+
+    def __init__(self, groups: dict[str, list[Target]], interval_seconds: float = 1.0, extra_args: list[str] = ()):
+        self.groups = groups
+        self.interval_seconds = interval_seconds
+        self.extra_args = list(extra_args)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> PrometheusServer:
+        self._dir = tempfile.TemporaryDirectory(prefix="llmdiag-prom-")
+        root = Path(self._dir.name)
+        (root / "prometheus.yml").write_text(scrape_config(self.groups, self.interval_seconds))
+        log = open(root / "prometheus.log", "wb")  # noqa: SIM115 (closed with the process)
+        self._log = log
+        self._proc = subprocess.Popen(
+            [BINARY, f"--config.file={root / 'prometheus.yml'}", f"--storage.tsdb.path={root / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h",
+             "--log.level=warn", *self.extra_args],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"prometheus exited: {(root / 'prometheus.log').read_text()[-2000:]}")
+            try:
+                if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("prometheus was not ready within 30 s")
+
+    def query(self, expr: str) -> list[dict]:
+        answer = requests.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=10).json()
+        return answer.get("data", {}).get("result", [])
+
+    def wait_for_samples(self, metric: str, series: int, samples: int = 2, timeout_seconds: float = 30.0) -> None:
+        """Until ``series`` series of ``metric`` each hold at least ``samples`` samples."""
+        deadline = time.monotonic() + timeout_seconds
+        window = max(60, int(samples * self.interval_seconds * 4))
+        while time.monotonic() < deadline:
+            counts = self.query(f"count_over_time({metric}[{window}s])")
+            if len([c for c in counts if float(c["value"][1]) >= samples]) >= series:
+                return
+            time.sleep(self.interval_seconds / 2)
+        raise TimeoutError(f"prometheus did not get {samples} samples of {metric} from {series} series in time")
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+            self._log.close()
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def __enter__(self) -> PrometheusServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["install"]:
+        print("usage: python -m tests.prometheus_server install", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(install())
