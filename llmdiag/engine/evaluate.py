@@ -12,6 +12,7 @@ import re
 
 from llmdiag.config import Settings
 from llmdiag.engine.derived import add_derived
+from llmdiag.engine.fixes import engine_fixes, engine_of, fixes_for
 from llmdiag.engine.loader import load_rules
 from llmdiag.engine.schema import Ladder, RuleSpec, SignalRef
 from llmdiag.model import (
@@ -109,10 +110,6 @@ def _core_signals(signals: SignalSet) -> tuple[str, ...]:
     return LOG_CORE_SIGNALS if _from_logs(signals) else CORE_SIGNALS
 
 
-def fixes_for(rule: RuleSpec, server: str) -> list[str]:
-    return [rule.fix.text, *rule.fix.for_engine(server)]
-
-
 def evaluate_rule(
     rule: RuleSpec, signals: SignalSet, settings: Settings, server: str = "vllm"
 ) -> tuple[RuleOutcome, Finding | None]:
@@ -157,7 +154,8 @@ def evaluate_rule(
         summary=render_summary(rule.summary, signals),
         evidence=evidence,
         why=rule.why,
-        fixes=fixes_for(rule, server),
+        fixes=fixes_for(rule, engine_of(server)),
+        engine_fixes=engine_fixes(rule),
         margin=min(margin, 1e6),
         advisory=rule.advisory,
     )
@@ -316,7 +314,7 @@ def _stand_ins(rules: tuple[RuleSpec, ...], outcomes: list[RuleOutcome], finding
 def build_verdict(signals: SignalSet, settings: Settings | None = None, target: str = "") -> Verdict:
     settings = settings or Settings()
     add_derived(signals)
-    rules = tuple(r for r in load_rules() if r.scope == "server")  # fleet rules: llmdiag.engine.fleet
+    rules = load_rules()
     server = signals.sources[0].probe.removesuffix("-log") if signals.sources else "vllm"
     outcomes: list[RuleOutcome] = []
     findings: list[Finding] = []

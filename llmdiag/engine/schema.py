@@ -214,6 +214,20 @@ class Fix(_Strict):
     def for_engine(self, engine: str) -> list[str]:
         return list(getattr(self, engine, [])) if engine in ENGINES else []
 
+    @model_validator(mode="after")
+    def _fixes_where_it_applies(self) -> Fix:
+        if not self.text.strip():
+            raise ValueError("fix text is empty")
+        if len(set(self.applies_to)) != len(self.applies_to):
+            raise ValueError("applies_to repeats an engine")
+        outside = [e for e in ENGINES if getattr(self, e) and e not in self.applies_to]
+        if outside:
+            raise ValueError(f"fixes for {', '.join(outside)}, which applies_to leaves out")
+        empty = [e for e in ENGINES if any(not flag.strip() for flag in getattr(self, e))]
+        if empty:
+            raise ValueError(f"an empty fix for {', '.join(empty)}")
+        return self
+
 
 class RuleSpec(_Strict):
     code: str
@@ -248,9 +262,6 @@ class RuleSpec(_Strict):
         if not SLUG_RE.match(slug):
             raise ValueError("must be lower-case words joined by '-'")
         return slug
-    # what the rule judges: one server's window ("server"), or several replicas side by side ("fleet": judged on the
-    # fleet's own signals by llmdiag.engine.fleet, never in a single server's verdict)
-    scope: Literal["server", "fleet"] = "server"
 
     @model_validator(mode="after")
     def _category_matches_code(self) -> RuleSpec:

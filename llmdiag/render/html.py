@@ -26,6 +26,7 @@ from typing import Any
 
 from jinja2 import BaseLoader, Environment, StrictUndefined, TemplateNotFound
 
+from llmdiag.engine.fixes import fix_view, verdict_engine
 from llmdiag.model import Bottleneck, LoadPoint, LoadReport, Percentiles, Signal, Verdict
 from llmdiag.render.terminal import UNAVAILABLE, format_value
 
@@ -326,6 +327,7 @@ def _render(kind: str, title: str, context: dict[str, Any], charts: list[Chart])
         kind=kind, title=title, csp=csp, css=css, scripts=scripts, charts=charts,
         chart_specs=[c.spec() for c in charts if c.unavailable is None], class_colors=CLASS_COLORS,
         bound_words=BOUND_WORDS, unavailable=UNAVAILABLE, uplot_version=_asset(f"{UPLOT_DIR}/VERSION").strip(),
+        fix_view=fix_view, verdict_engine=verdict_engine,
         **context,
     )  # fmt: skip
 

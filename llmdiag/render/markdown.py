@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from llmdiag.engine.fixes import fix_view, verdict_engine
 from llmdiag.model import LoadReport, Verdict
 from llmdiag.render.terminal import UNAVAILABLE, format_value
 
@@ -66,10 +67,17 @@ def _findings(verdict: Verdict) -> list[str]:
                 f"| {finding.severity.value if first else ''} | {rule if first else ''} | {code(name)} | "
                 f"{md(format_value(item.value, item.unit))} | {md(threshold)} | {code(item.source)} |"
             )
+    engine = verdict_engine(verdict)
     for finding in verdict.findings:
-        if finding.fixes:
-            lines += ["", f"**{finding.code} fix:** {md(finding.fixes[0])}"]
-            lines += [f"- {code(fix)}" for fix in finding.fixes[1:]]
+        view = fix_view(finding, engine)
+        if view is None:
+            continue
+        lines += ["", f"**{finding.code} fix:** {md(view.text)}"]
+        if view.own:
+            lines += ["", f"{md(view.title)}:", ""] + [f"- {code(fix)}" for fix in view.own]
+        if view.others:
+            titles = ", ".join(md(title) for title, _ in view.others)
+            lines += ["", f"{titles}: {code('llmdiag rules show ' + finding.code)}"]
     return lines
 
 

@@ -7,6 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from llmdiag.engine.fixes import DEFAULT_ENGINE, fix_view, verdict_engine
 from llmdiag.model import Bottleneck, Evidence, Finding, Severity, Verdict
 
 CLASS_STYLE = {
@@ -114,7 +115,24 @@ def _evidence_table(evidence: list[Evidence]) -> Table:
     return table
 
 
-def _finding(finding: Finding, verbose: bool) -> RenderableType:
+def _fixes(finding: Finding, engine: str) -> Text:
+    """The fix text, then the detected engine's flags under its name; the others are one command away."""
+    fixes = Text()
+    view = fix_view(finding, engine)
+    if view is None:
+        return fixes
+    fixes.append(f"  Fix: {view.text}\n")
+    if view.own:
+        fixes.append(f"    {view.title}:\n", style="bold")
+        for flag in view.own:
+            fixes.append(f"    • {flag}\n", style="cyan")
+    if view.others:
+        titles = ", ".join(title for title, _ in view.others)
+        fixes.append(f"    {titles}: llmdiag rules show {finding.code}\n", style="dim")
+    return fixes
+
+
+def _finding(finding: Finding, verbose: bool, engine: str = DEFAULT_ENGINE) -> RenderableType:
     head = Text()
     head.append(f"{finding.severity.value.upper():8}", style=SEVERITY_STYLE[finding.severity])
     head.append(f" {finding.code} ", style="bold")
@@ -122,11 +140,7 @@ def _finding(finding: Finding, verbose: bool) -> RenderableType:
     head.append(f"[{finding.slug}]", style="dim")
     if finding.advisory:
         head.append("  advisory: not what limits the server now", style="dim italic")
-    fixes = Text()
-    if finding.fixes:
-        fixes.append(f"  Fix: {finding.fixes[0]}\n")
-        for flag in finding.fixes[1:]:
-            fixes.append(f"    • {flag}\n", style="cyan")
+    fixes = _fixes(finding, engine)
     return Group(
         head,
         Text(f"  {finding.summary}"),
@@ -204,7 +218,8 @@ def render_terminal(verdict: Verdict, verbose: bool = False) -> RenderableType:
     parts: list[RenderableType] = [_context(verdict), Panel(_headline(verdict), expand=False)]
     if verdict.findings:
         parts.append(Text("\nFindings", style="bold underline"))
-        parts += [_finding(f, verbose) for f in verdict.findings]
+        engine = verdict_engine(verdict)
+        parts += [_finding(f, verbose, engine) for f in verdict.findings]
     parts.append(Text("\nWhat users see now", style="bold underline"))
     parts.append(_experience(verdict))
     if verdict.roofline is not None:

@@ -13,9 +13,8 @@ from llmdiag.collect.canary import CANARY_SIGNALS
 from llmdiag.engine.baseline import HISTORY_SIGNALS
 from llmdiag.engine.derived import REGISTRY
 from llmdiag.engine.evaluate import PLACEHOLDER_RE
-from llmdiag.engine.fleet import FLEET_SIGNALS
 from llmdiag.engine.loader import load_probe, load_rules, parse_rule
-from llmdiag.engine.schema import STAT_NAMES
+from llmdiag.engine.schema import ENGINES, STAT_NAMES
 from llmdiag.engine.trace import TRACE_SIGNALS
 from llmdiag.errors import RuleSpecError
 from llmdiag.render.docs import DOC_SECTIONS, render_rule_index, render_rule_markdown
@@ -39,7 +38,7 @@ def test_data_folders_hold_no_code(folder: str):
 def test_every_rule_input_is_a_known_signal_and_stat():
     kinds = {s.name: s.kind for probe in PROBES for s in load_probe(probe).signal}
     kinds |= {d.name: "derived" for d in REGISTRY} | dict.fromkeys(COLLECTOR_SIGNALS, "derived") | CANARY_SIGNALS
-    kinds |= HISTORY_SIGNALS | TRACE_SIGNALS | dict.fromkeys(FLEET_SIGNALS, "derived")
+    kinds |= HISTORY_SIGNALS | TRACE_SIGNALS
     for rule in load_rules():
         for ref in rule.inputs():
             assert ref.signal in kinds, f"{rule.code} reads unknown signal {ref.signal}"
@@ -118,3 +117,37 @@ def test_wheel_ships_the_catalogue(tmp_path: Path):
     for package in code_packages:
         assert f"{package}/__init__.py" in names, f"{package} is not in the wheel: list it in pyproject.toml"
     assert not any(n.startswith(("probes/", "rules/", "tests/")) for n in names)
+
+
+@pytest.mark.parametrize("rule", load_rules(), ids=lambda r: r.code)
+def test_rule_fixes_cover_every_engine_it_applies_to(rule):
+    """Each engine in ``applies_to`` (default: all five) gets its own flags; an engine the rule cannot judge or has
+    no knob for is left out of ``applies_to``, with a comment in the rule file saying why."""
+    fix = rule.fix
+    assert fix.text.strip(), f"{rule.code}: empty fix text"
+    named = [engine for engine in ENGINES if fix.for_engine(engine)]
+    if rule.category.value == "sanity" and not named:
+        return  # sanity fixes are about the exporter's data: one text, the same for every engine
+    assert fix.applies_to, f"{rule.code}: applies to no engine"
+    for engine in fix.applies_to:
+        flags = fix.for_engine(engine)
+        assert flags, f"{rule.code} applies to {engine} but names none of its flags (or leave it out of applies_to)"
+        assert all(flag.strip() for flag in flags), f"{rule.code}: an empty {engine} fix"
+    assert set(named) <= set(fix.applies_to)
+
+
+@pytest.mark.parametrize(
+    ("fix", "reason"),
+    [
+        ('vlmm = ["--max-num-seqs higher"]', "Extra inputs are not permitted"),  # an unknown engine key
+        ('applies_to = ["vllm", "ollama"]', "applies_to"),
+        ('applies_to = ["vllm"]', "fixes for sglang, trtllm, which applies_to leaves out"),
+        ('tgi = [" "]', "an empty fix for tgi"),
+    ],
+)
+def test_fix_schema_rejects_unknown_engines_and_stray_fixes(fix: str, reason: str):
+    good = (REPO_ROOT / "rules/memory/MEM001-kv-cache-saturated.toml").read_text()
+    broken = good.replace("[fix]\n", f"[fix]\n{fix}\n", 1).replace('applies_to = ["vllm", "sglang", "trtllm"]', "")
+    with pytest.raises(RuleSpecError, match=reason) as info:
+        parse_rule("rules/memory/MEM001-kv-cache-saturated.toml", broken)
+    assert info.value.field.startswith("fix")
