@@ -18,6 +18,7 @@ from llmdiag.collect import (
 from llmdiag.collect.canary import LABEL as CANARY_LABEL
 from llmdiag.collect.http import Connection, redact_url
 from llmdiag.collect.load import LoadPlan, preflight, run_level
+from llmdiag.collect.promql import PrometheusResult, PrometheusSource
 from llmdiag.collect.source import unavailable_source
 from llmdiag.config import Settings
 from llmdiag.engine.baseline import Baseline, add_baseline_signals
@@ -25,7 +26,7 @@ from llmdiag.engine.capacity import roofline_for_window, roofline_signal
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.evaluate import build_verdict
 from llmdiag.engine.load import find_knee, summarise
-from llmdiag.model import LoadReport, SignalSet, TraceReport, Verdict
+from llmdiag.model import FleetReport, LoadReport, SignalSet, TraceReport, Verdict
 from llmdiag.sim.physics import Deployment
 
 
@@ -226,3 +227,112 @@ def merge_trace_signals(signals: SignalSet, report: TraceReport) -> None:
     for name, signal in extra.signals.items():
         signals.signals.setdefault(name, signal)
     signals.sources += extra.sources
+
+
+def diagnose_fleet(
+    targets: list[tuple[str, Connection]],
+    duration_seconds: float = DEFAULT_DURATION_SECONDS,
+    settings: Settings | None = None,
+    concurrency: int = 8,
+    target_timeout_seconds: float | None = None,
+    canary: bool = True,
+    canary_off_reason: str = "",
+    telemetry: TelemetryOptions | None = None,
+    server: str | None = None,
+) -> FleetReport:
+    """Scan several replicas of one service at once (``concurrency`` at a time, each in its own worker, each over
+    its own window) and judge them side by side: per-replica verdicts, class counts, imbalance, worst first.
+
+    A target that cannot be scanned (unreachable, not a metrics page, past ``target_timeout_seconds``) is a row
+    with its error and class ``unknown``; the others are still judged and compared without it.
+    """
+    from llmdiag.engine.fleet import build_fleet, target_from_error, target_from_verdict
+    from llmdiag.errors import LlmdiagError
+    from llmdiag.runner import run_bounded
+
+    settings = settings or Settings()
+    telemetry = telemetry or TelemetryOptions(nvml="off", host=False)
+
+    def one(item: tuple[str, Connection]):
+        name, connection = item
+        verdict = diagnose(connection, duration_seconds, settings, telemetry=telemetry, canary=canary,
+                           canary_off_reason=canary_off_reason, server=server)  # fmt: skip
+        return target_from_verdict(name, redact_url(connection.base_url), verdict)
+
+    def failed(item: tuple[str, Connection], error: BaseException):
+        name, connection = item
+        if isinstance(error, LlmdiagError):
+            return target_from_error(name, redact_url(connection.base_url), error.message, error.hint)
+        return target_from_error(name, redact_url(connection.base_url), f"internal error: {type(error).__name__}: "
+                                 f"{error}", "this is a bug in llmdiag; rerun with LLMDIAG_DEBUG=1")  # fmt: skip
+
+    def timed_out(item: tuple[str, Connection], seconds: float):
+        name, connection = item
+        return target_from_error(name, redact_url(connection.base_url), f"no verdict within {seconds:g} s",
+                                 "raise --target-timeout, or check that the server answers /metrics quickly")
+
+    started = time.time()
+    results = run_bounded(targets, one, concurrency, timeout_seconds=target_timeout_seconds,
+                          on_timeout=timed_out, on_error=failed, name="llmdiag-fleet")  # fmt: skip
+    return build_fleet(results, settings, source=f"{len(targets)} direct targets", window_seconds=duration_seconds,
+                       at_unix=started)  # fmt: skip
+
+
+def fleet_from_signal_sets(
+    instances: dict[str, SignalSet],
+    settings: Settings | None = None,
+    source: str = "",
+    window_seconds: float | None = None,
+    at_unix: float | None = None,
+    errors: dict[str, str] | None = None,
+) -> FleetReport:
+    """Judge per-instance SignalSets (e.g. a Prometheus selector's instances) as a fleet."""
+    from llmdiag.engine.fleet import build_fleet, target_from_error, target_from_verdict
+
+    targets = []
+    for name, signals in sorted(instances.items()):
+        verdict = build_verdict(signals, settings, target=name)
+        verdict.tool_version = __version__
+        targets.append(target_from_verdict(name, "", verdict))
+    targets += [target_from_error(name, "", message) for name, message in sorted((errors or {}).items())]
+    return build_fleet(targets, settings, source=source, window_seconds=window_seconds, at_unix=at_unix)
+
+
+def diagnose_prometheus(
+    source: PrometheusSource,
+    selector: str | None = None,
+    at_unix: float | None = None,
+    window_seconds: float | None = None,
+    settings: Settings | None = None,
+) -> tuple[dict[str, Verdict], PrometheusResult]:
+    """Judge every instance a Prometheus selector holds, over [at - W, at], from PromQL (``llmdiag.collect.promql``):
+    a verdict per instance (key: 'job/instance', or 'namespace/pod'), and the collection's result (queries, notes).
+    An instance without data has every signal unavailable, so its verdict is ``unknown``."""
+    from llmdiag.collect.promql import collect_prometheus
+
+    result = collect_prometheus(source, selector, at_unix, window_seconds)
+    return _judge_instances(result, settings), result
+
+
+def diagnose_prometheus_timeline(
+    source: PrometheusSource,
+    selector: str | None,
+    start_unix: float,
+    end_unix: float,
+    step_seconds: float | None = None,
+    settings: Settings | None = None,
+) -> list[tuple[float, dict[str, Verdict], PrometheusResult]]:
+    """Each instance's verdict at each step of [start, end] (over the step before it): when a class changed."""
+    from llmdiag.collect.promql import collect_prometheus_timeline
+
+    steps = collect_prometheus_timeline(source, selector, start_unix, end_unix, step_seconds)
+    return [(t, _judge_instances(result, settings), result) for t, result in steps]
+
+
+def _judge_instances(result: PrometheusResult, settings: Settings | None) -> dict[str, Verdict]:
+    verdicts: dict[str, Verdict] = {}
+    for key, signals in result.instances.items():
+        verdict = build_verdict(signals, settings, target=f"{key} (prometheus {result.prometheus_url})")
+        verdict.tool_version = __version__
+        verdicts[key] = verdict
+    return verdicts

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from enum import IntEnum
 
 from pydantic import BaseModel, Field
@@ -29,6 +28,7 @@ from llmdiag.config import Settings, Target
 from llmdiag.errors import ConfigError, LlmdiagError
 from llmdiag.history import CheckRow, History
 from llmdiag.model import Bottleneck, Category, Severity, Verdict
+from llmdiag.runner import run_bounded
 
 
 class State(IntEnum):
@@ -190,13 +190,12 @@ def run_check(
     are still checked. Each result is appended to the history when there is one."""
     now = clock()
     connections = connections or {}
-    workers = max(1, min(settings.check.concurrency, len(targets)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llmdiag-check") as pool:
-        futures = [
-            pool.submit(check_target, t, settings, window_seconds, history, now, connections.get(t.name))
-            for t in targets
-        ]
-        results = [f.result() for f in futures]
+    results = run_bounded(
+        targets,
+        lambda t: check_target(t, settings, window_seconds, history, now, connections.get(t.name)),
+        settings.check.concurrency,
+        name="llmdiag-check",
+    )
     report = CheckReport(
         state=worst([r.state for r in results]),
         at_unix=now,

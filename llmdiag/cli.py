@@ -30,7 +30,7 @@ from llmdiag.collect.http import DEFAULT_MAX_METRICS_BYTES, Connection, parse_he
 from llmdiag.config import load_settings
 from llmdiag.engine.loader import find_rule, load_rules
 from llmdiag.errors import LlmdiagError, UsageError
-from llmdiag.model import LoadReport, Severity, Verdict
+from llmdiag.model import FleetReport, LoadReport, Severity, Verdict
 from llmdiag.render.files import write_atomic
 from llmdiag.render.json import render_json
 from llmdiag.render.terminal import render_terminal
@@ -99,11 +99,12 @@ def check_outputs(as_json: bool, markdown: bool) -> None:
         raise UsageError("--json and --markdown both print to stdout", "pick one (--html PATH writes a file)")
 
 
-def write_html(path: Path, result: Verdict | LoadReport, quiet: bool = False) -> None:
+def write_html(path: Path, result: Verdict | LoadReport | FleetReport, quiet: bool = False) -> None:
     """The self-contained HTML report, written atomically; says where and how big on stderr."""
+    from llmdiag.render.fleet_html import render_fleet_html
     from llmdiag.render.html import render_html
 
-    text = render_html(result)
+    text = render_fleet_html(result) if isinstance(result, FleetReport) else render_html(result)
     try:
         write_atomic(path, text)
     except OSError as exc:
@@ -190,7 +191,11 @@ def connection_from_options(
 
 @app.command()
 def scan(
-    url: Annotated[str | None, typer.Argument(help="The server's base URL, e.g. http://127.0.0.1:8000")] = None,
+    urls: Annotated[
+        list[str] | None,
+        typer.Argument(help="The server's base URL, e.g. http://127.0.0.1:8000; several URLs (or --targets) scan "
+                       "them at once and compare them as a fleet.", metavar="URL"),
+    ] = None,
     duration: Annotated[
         float, typer.Option("--duration", "-d", help="Seconds to watch the server (at least 3 scrapes).")
     ] = DEFAULT_DURATION_SECONDS,
@@ -233,8 +238,30 @@ def scan(
         typer.Option("--trace", help="A folder (or file) of PyTorch profiler traces of this server: their "
                      "communication signals join the scan's and the network rules judge them."),
     ] = None,
+    targets_file: Annotated[
+        Path | None,
+        typer.Option("--targets", help="A file of targets to scan as a fleet: one URL a line (NAME=URL allowed, "
+                     "'#' comments), or a .toml with [[targets]] as for check."),
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", help="Fleet scans: targets scanned at once.", min=1, max=256)
+    ] = 8,
+    target_timeout: Annotated[
+        float | None,
+        typer.Option("--target-timeout", help="Fleet scans: give up on a target after this many seconds "
+                     "(default: --duration + 30).", min=1.0),
+    ] = None,
 ) -> None:
-    """Watch a live server for a window and say what limits it."""
+    """Watch a live server for a window and say what limits it; several servers are compared as a fleet."""
+    if urls and len(urls) > 1 or targets_file is not None:
+        scan_fleet(
+            urls or [], targets_file, duration, concurrency, target_timeout, header, api_key, timeout, insecure,
+            probe, max_metrics_bytes, server, as_json, fail_on or FailOn.critical, config, html,
+            unsupported={"--metrics-url": metrics_url, "--dcgm-url": dcgm_url, "--pid": pid, "--gpu": gpu,
+                         "--model-shape": model_shape, "--trace": trace, "--nvml-replay": nvml_replay,
+                         "--markdown": markdown or None, "--verbose": verbose or None},
+        )  # fmt: skip
+    url = urls[0] if urls else None
     if url is None:
         stderr.print("[dim]no server given: scanning the built-in demo server (`llmdiag demo --help`)[/]")
         demo(preset=DEFAULT_DEMO_PRESET, duration=duration, output=None, as_json=as_json,
@@ -266,6 +293,68 @@ def scan(
         fail(error)
     emit(verdict, as_json, verbose, markdown)
     raise typer.Exit(exit_code(verdict, fail_on or FailOn.critical))
+
+
+def scan_fleet(
+    urls: list[str], targets_file: Path | None, duration: float, concurrency: int, target_timeout: float | None,
+    header: list[str] | None, api_key: str | None, timeout: float, insecure: bool, probe: bool | None,
+    max_metrics_bytes: int, server: str | None, as_json: bool, fail_on: FailOn, config: Path | None,
+    html: Path | None, unsupported: dict[str, object],
+) -> NoReturn:  # fmt: skip
+    """Several targets at once: the fleet view. Exit 2 only when no target could be probed; otherwise by the worst
+    finding (a replica's or the fleet's) against --fail-on."""
+    from llmdiag.api import diagnose_fleet
+    from llmdiag.check import connection_for
+    from llmdiag.render.fleet import render_fleet
+    from llmdiag.targets import read_targets_file, url_targets
+
+    try:
+        given = [name for name, value in unsupported.items() if value]
+        if given:
+            raise UsageError(f"{', '.join(given)} belong(s) to a one-server scan, and several targets were given",
+                             "name each server in a targets .toml with its own metrics_url and dcgm_url, or scan "
+                             "one URL")  # fmt: skip
+        settings = load_settings(config)
+        targets = read_targets_file(targets_file) if targets_file is not None else []
+        targets += url_targets(urls, taken={t.name for t in targets})
+        names = [t.name for t in targets]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise UsageError(f"target names repeat: {', '.join(dupes)}", "give each target its own name")
+        # a .toml's targets carry their own connection settings (secrets from the environment, as for check);
+        # plain URLs (command line or a plain list) get --header, --api-key, --timeout, --insecure
+        from_toml = targets_file is not None and targets_file.suffix == ".toml"
+        connections = [
+            (t.name, connection_for(t, max_metrics_bytes) if from_toml and i < len(targets) - len(urls) else
+             connection_from_options(t.url, None, header, api_key, timeout, insecure, max_metrics_bytes))
+            for i, t in enumerate(targets)
+        ]  # fmt: skip
+        if not as_json:
+            stderr.print(f"[dim]scanning {len(targets)} targets, {min(concurrency, len(targets))} at a time, "
+                         f"{duration:g} s each[/]")  # fmt: skip
+        report = diagnose_fleet(
+            connections, duration, settings, concurrency=concurrency,
+            target_timeout_seconds=target_timeout or duration + 30,
+            canary=probe if probe is not None else True, canary_off_reason="--no-probe", server=server,
+        )  # fmt: skip
+        if html is not None:
+            write_html(html, report, quiet=as_json)
+    except LlmdiagError as error:
+        fail(error)
+    if as_json:
+        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    else:
+        stdout.print(render_fleet(report))
+    if report.probed() == 0:
+        fail(UsageError(f"none of the {len(report.targets)} targets could be probed",
+                        "see each row's error; check the URLs and that the servers are up"))  # fmt: skip
+    unreachable = len(report.targets) - report.probed()
+    if unreachable and not as_json:
+        stderr.print(f"[yellow]WARNING:[/] {unreachable} of {len(report.targets)} targets could not be probed "
+                     "(class unknown, left out of the comparison)")  # fmt: skip
+    worst = report.worst_severity()
+    failing = fail_on is not FailOn.never and worst is not None and worst.rank >= Severity(fail_on.value).rank
+    raise typer.Exit(EXIT_FINDINGS if failing else EXIT_OK)
 
 
 def load_nvml_replay(path: Path):
@@ -672,6 +761,8 @@ def report(
         if output is None and not markdown:
             raise UsageError("nothing to write", f"llmdiag report {result} -o report.html (or --markdown)")
         loaded = load_result(result)
+        if markdown and isinstance(loaded, FleetReport):
+            raise UsageError("no Markdown summary for a fleet report yet", f"llmdiag report {result} -o fleet.html")
         if output is not None:
             write_html(output, loaded)
     except LlmdiagError as error:

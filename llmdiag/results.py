@@ -1,7 +1,9 @@
-"""Read a saved result back: a Verdict (``scan``/``analyze --json``, ``demo -o``) or a LoadReport (``load -o``).
+"""Read a saved result back: a Verdict (``scan``/``analyze --json``, ``demo -o``), a LoadReport (``load -o``) or a
+FleetReport (``scan URL1 URL2 … --json``).
 
-The kind is told by its keys: a verdict has ``bottleneck``, a load report has ``points``. Anything else, or a
-file that is not JSON, is an ``InputFileError``: one line saying what is wrong, never a traceback.
+The kind is told by its keys: a fleet report has ``"kind": "fleet"``, a verdict ``bottleneck``, a load report
+``points``. Anything else, or a file that is not JSON, is an ``InputFileError``: one line saying what is wrong,
+never a traceback.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from llmdiag.errors import InputFileError
-from llmdiag.model import SCHEMA_VERSION, LoadReport, Verdict
+from llmdiag.model import SCHEMA_VERSION, FleetReport, LoadReport, Verdict
 
 RESULT_HINT = "give a file written by `llmdiag scan --json`, `llmdiag demo -o FILE` or `llmdiag load -o FILE`"
 MAX_RESULT_BYTES = 256 * 2**20
 
 
-def load_result(path: Path) -> Verdict | LoadReport:
+def load_result(path: Path) -> Verdict | LoadReport | FleetReport:
     path = Path(path)
     try:
         if path.stat().st_size > MAX_RESULT_BYTES:
@@ -44,8 +46,10 @@ def load_result(path: Path) -> Verdict | LoadReport:
             f"{path} has schema_version {version!r}; this llmdiag reads {SCHEMA_VERSION!r}",
             "regenerate the result with this llmdiag version",
         )
-    if "bottleneck" in data:
-        model: type[Verdict] | type[LoadReport] = Verdict
+    if data.get("kind") == "fleet":
+        model: type[Verdict] | type[LoadReport] | type[FleetReport] = FleetReport
+    elif "bottleneck" in data:
+        model = Verdict
     elif "points" in data:
         model = LoadReport
     else:

@@ -314,7 +314,7 @@ def _stand_ins(rules: tuple[RuleSpec, ...], outcomes: list[RuleOutcome], finding
 def build_verdict(signals: SignalSet, settings: Settings | None = None, target: str = "") -> Verdict:
     settings = settings or Settings()
     add_derived(signals)
-    rules = load_rules()
+    rules = tuple(r for r in load_rules() if r.scope == "server")  # fleet rules: llmdiag.engine.fleet
     server = signals.sources[0].probe.removesuffix("-log") if signals.sources else "vllm"
     outcomes: list[RuleOutcome] = []
     findings: list[Finding] = []

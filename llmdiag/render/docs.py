@@ -26,7 +26,9 @@ def render_rule_markdown(rule: RuleSpec) -> str:
         f"# {rule.code} {rule.slug}",
         "",
         f"**{rule.title}** · class `{rule.category.value}` · status `{rule.status}`"
-        + (" · advisory (shown, never the verdict's class)" if rule.advisory else ""),
+        + (" · advisory (shown, never the verdict's class)" if rule.advisory else "")
+        + (" · fleet rule (judged across replicas by a multi-target scan, never in one server's verdict)"
+           if rule.scope == "fleet" else ""),
         "",
         "## What it catches",
         "",

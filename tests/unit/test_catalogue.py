@@ -13,6 +13,7 @@ from llmdiag.collect.canary import CANARY_SIGNALS
 from llmdiag.engine.baseline import HISTORY_SIGNALS
 from llmdiag.engine.derived import REGISTRY
 from llmdiag.engine.evaluate import PLACEHOLDER_RE
+from llmdiag.engine.fleet import FLEET_SIGNALS
 from llmdiag.engine.loader import load_probe, load_rules, parse_rule
 from llmdiag.engine.schema import ENGINES, STAT_NAMES
 from llmdiag.engine.trace import TRACE_SIGNALS
@@ -38,7 +39,7 @@ def test_data_folders_hold_no_code(folder: str):
 def test_every_rule_input_is_a_known_signal_and_stat():
     kinds = {s.name: s.kind for probe in PROBES for s in load_probe(probe).signal}
     kinds |= {d.name: "derived" for d in REGISTRY} | dict.fromkeys(COLLECTOR_SIGNALS, "derived") | CANARY_SIGNALS
-    kinds |= HISTORY_SIGNALS | TRACE_SIGNALS
+    kinds |= HISTORY_SIGNALS | TRACE_SIGNALS | dict.fromkeys(FLEET_SIGNALS, "derived")
     for rule in load_rules():
         for ref in rule.inputs():
             assert ref.signal in kinds, f"{rule.code} reads unknown signal {ref.signal}"
