@@ -1,0 +1,93 @@
+"""Fleet figures: how long a fleet view takes.
+
+Direct targets (issue 9 part B): ``diagnose_fleet`` (what ``llmdiag scan URL1 … URL50`` runs) over 50 targets.
+Fifty simulator instances do not fit on a small machine (each is an engine loop in a thread of this process), so
+the 50 URLs point at ``--instances`` simulator instances (default 5, the healthy preset, ``--users`` closed-loop users
+each): the same URL repeated is a separate target (named host:port#2, #3 …) with its own worker, its own window,
+its own scrapes and canary requests, exactly as 50 servers would get, but the servers answering are shared, so
+the figure is an upper bound for the scanning side and says nothing about 50 real servers' answer times.
+
+Printed: wall seconds per concurrency level, the targets judged, the class counts, and the ideal
+(ceil(targets / concurrency) × window). Prints, asserts nothing, exits 0, like the other benches.
+
+    .venv/bin/python bench/bench_fleet.py                          # 50 targets, window 3 s, concurrency 8 and 50
+    .venv/bin/python bench/bench_fleet.py --targets 20 --concurrency 4,20 --window 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from llmdiag.api import diagnose_fleet  # noqa: E402
+from llmdiag.collect.http import Connection  # noqa: E402
+from llmdiag.sim.presets import get_preset  # noqa: E402
+from llmdiag.sim.server import ClosedLoopLoad, SimServer  # noqa: E402
+from llmdiag.targets import url_targets  # noqa: E402
+
+
+def direct_targets(args: argparse.Namespace) -> list[dict]:
+    preset = get_preset("healthy")
+    load = replace(preset.load, users=args.users)
+    servers, drivers, rows = [], [], []
+    try:
+        for _ in range(args.instances):
+            server = SimServer(preset).start()
+            servers.append(server)
+            driver = ClosedLoopLoad(server.url, server.model, load, max_seconds=3600)
+            driver.start()
+            drivers.append(driver)
+        time.sleep(2.0)
+        urls = [servers[i % len(servers)].url for i in range(args.targets)]
+        targets = [(t.name, Connection(base_url=t.url, timeout_seconds=5.0)) for t in url_targets(urls)]
+        for concurrency in args.concurrency:
+            started = time.monotonic()
+            report = diagnose_fleet(targets, args.window, concurrency=concurrency,
+                                    target_timeout_seconds=args.window + 60)  # fmt: skip
+            wall = time.monotonic() - started
+            ideal = math.ceil(len(targets) / concurrency) * args.window
+            row = {"section": "direct", "targets": len(targets), "instances": args.instances,
+                   "concurrency": concurrency, "window_seconds": args.window, "wall_seconds": round(wall, 2),
+                   "ideal_seconds": ideal, "judged": report.probed(), "class_counts": report.class_counts,
+                   "errors": sorted({t.error for t in report.targets if t.error})[:3]}  # fmt: skip
+            rows.append(row)
+            print(f"direct: {len(targets)} targets on {args.instances} simulator instances, concurrency "
+                  f"{concurrency}, window {args.window:g} s: {wall:.1f} s wall (ideal {ideal:g} s); judged "
+                  f"{report.probed()}/{len(targets)}; classes {report.class_counts}", flush=True)  # fmt: skip
+    finally:
+        for driver in drivers:
+            driver.stop()
+        for server in servers:
+            server.stop()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", type=int, default=50)
+    parser.add_argument("--instances", type=int, default=5)
+    parser.add_argument("--users", type=int, default=4, help="closed-loop users per simulator instance")
+    parser.add_argument("--window", type=float, default=3.0)
+    parser.add_argument("--concurrency", default="8,50", help="comma list")
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args()
+    try:
+        args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    except ValueError:
+        print("ERROR: --concurrency is a comma list of integers", file=sys.stderr)
+        return 2
+    rows = direct_targets(args)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
