@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -251,8 +252,74 @@ def scan(
         typer.Option("--target-timeout", help="Fleet scans: give up on a target after this many seconds "
                      "(default: --duration + 30).", min=1.0),
     ] = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option("--prometheus", help="Read the servers from this Prometheus (or Mimir/Thanos) query API instead "
+                     "of scraping them: every instance the --selector holds, each judged on its own.",
+                     rich_help_panel="Prometheus"),
+    ] = None,
+    selector: Annotated[
+        str | None,
+        typer.Option("--selector", help="With --prometheus: a label matcher list, e.g. '{job=\"vllm\"}'.",
+                     rich_help_panel="Prometheus"),
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option("--at", help="With --prometheus: judge the window ending at this time (unix seconds, ISO time, "
+                     "or a span ago like 30m); the window is 60 s or 4 scrape intervals.",
+                     rich_help_panel="Prometheus"),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="With --prometheus: judge the span before now (e.g. 1h) as one window.",
+                     rich_help_panel="Prometheus"),
+    ] = None,
+    time_from: Annotated[
+        str | None,
+        typer.Option("--from", help="With --prometheus and --to: judge [--from, --to] as one window (a timeline "
+                     "with --step).", rich_help_panel="Prometheus"),
+    ] = None,
+    time_to: Annotated[
+        str | None, typer.Option("--to", help="End of the --from range.", rich_help_panel="Prometheus")
+    ] = None,
+    step: Annotated[
+        str | None,
+        typer.Option("--step", help="With --prometheus and --from/--to (or --since): a verdict timeline, one per "
+                     "step (e.g. 1m); 'auto' for ~30 steps.", rich_help_panel="Prometheus"),
+    ] = None,
+    prometheus_token_env: Annotated[
+        str | None,
+        typer.Option("--prometheus-token-env", help="Bearer token for Prometheus from this environment variable.",
+                     rich_help_panel="Prometheus"),
+    ] = None,
+    prometheus_token_file: Annotated[
+        Path | None,
+        typer.Option("--prometheus-token-file", help="Bearer token for Prometheus from this file.",
+                     rich_help_panel="Prometheus"),
+    ] = None,
+    prometheus_user: Annotated[
+        str | None,
+        typer.Option("--prometheus-user", help="Basic-auth user for Prometheus (with --prometheus-password-env).",
+                     rich_help_panel="Prometheus"),
+    ] = None,
+    prometheus_password_env: Annotated[
+        str | None,
+        typer.Option("--prometheus-password-env", help="Basic-auth password from this environment variable.",
+                     rich_help_panel="Prometheus"),
+    ] = None,
+    prometheus_ca: Annotated[
+        Path | None,
+        typer.Option("--prometheus-ca", help="CA bundle (PEM) for Prometheus's TLS certificate.",
+                     rich_help_panel="Prometheus"),
+    ] = None,
 ) -> None:
     """Watch a live server for a window and say what limits it; several servers are compared as a fleet."""
+    if prometheus is not None:
+        scan_prometheus(
+            PrometheusOptions(prometheus, selector, at, since, time_from, time_to, step, prometheus_token_env,
+                              prometheus_token_file, prometheus_user, prometheus_password_env, prometheus_ca),
+            header, timeout, insecure, as_json, verbose, fail_on or FailOn.critical, config,
+        )  # fmt: skip
     if urls and len(urls) > 1 or targets_file is not None:
         scan_fleet(
             urls or [], targets_file, duration, concurrency, target_timeout, header, api_key, timeout, insecure,
@@ -355,6 +422,115 @@ def scan_fleet(
     worst = report.worst_severity()
     failing = fail_on is not FailOn.never and worst is not None and worst.rank >= Severity(fail_on.value).rank
     raise typer.Exit(EXIT_FINDINGS if failing else EXIT_OK)
+
+
+@dataclass
+class PrometheusOptions:
+    url: str
+    selector: str | None = None
+    at: str | None = None
+    since: str | None = None
+    time_from: str | None = None
+    time_to: str | None = None
+    step: str | None = None
+    token_env: str | None = None
+    token_file: Path | None = None
+    user: str | None = None
+    password_env: str | None = None
+    ca: Path | None = None
+
+
+def scan_prometheus(
+    opts: PrometheusOptions, header: list[str] | None, timeout: float, insecure: bool, as_json: bool, verbose: bool,
+    fail_on: FailOn, config: Path | None,
+) -> NoReturn:  # fmt: skip
+    """`scan --prometheus URL`: every instance of the selector judged from PromQL, or a timeline with --step."""
+    from llmdiag.api import diagnose_prometheus, diagnose_prometheus_timeline
+    from llmdiag.collect.promql import PrometheusSource, parse_duration, parse_time
+
+    try:
+        settings = load_settings(config)
+        source = PrometheusSource.from_options(
+            opts.url, header, opts.token_env, opts.token_file, opts.user, opts.password_env, opts.ca, insecure,
+            timeout_seconds=max(timeout, 30.0),
+        )  # fmt: skip
+        given = [n for n, v in (("--at", opts.at), ("--since", opts.since), ("--from", opts.time_from)) if v]
+        if len(given) > 1:
+            raise UsageError(f"{' and '.join(given)} both pick the time range", "give one of --at, --since, --from")
+        if (opts.time_from is None) != (opts.time_to is None):
+            raise UsageError("--from and --to go together", "e.g. --from 2025-01-31T14:00:00 --to 2025-01-31T15:00:00")
+        now = time.time()
+        start = end = None
+        if opts.since:
+            start, end = now - parse_duration(opts.since, "--since"), now
+        elif opts.time_from and opts.time_to:
+            start, end = parse_time(opts.time_from, "--from", now), parse_time(opts.time_to, "--to", now)
+            if end <= start:
+                raise UsageError("--to must be after --from")
+        if opts.step is not None:
+            if start is None or end is None:
+                raise UsageError("--step draws a timeline over a range", "give --since 1h or --from T1 --to T2")
+            step = None if opts.step == "auto" else parse_duration(opts.step, "--step")
+            timeline = diagnose_prometheus_timeline(source, opts.selector, start, end, step, settings)
+            emit_prometheus_timeline(timeline, as_json)
+            raise typer.Exit(EXIT_OK)
+        at_unix = parse_time(opts.at, "--at", now) if opts.at else end
+        window = (end - start) if start is not None and end is not None else None
+        verdicts, result = diagnose_prometheus(source, opts.selector, at_unix, window, settings)
+    except LlmdiagError as error:
+        fail(error)
+    emit_prometheus(verdicts, result, as_json, verbose)
+    codes = [exit_code(v, fail_on) for v in verdicts.values()]
+    raise typer.Exit(max(codes, default=EXIT_OK))
+
+
+def emit_prometheus(verdicts: dict[str, Verdict], result, as_json: bool, verbose: bool) -> None:
+    """Each instance's verdict, one after another (the fleet view replaces this), with what the queries cost."""
+    import json
+
+    if as_json:
+        doc = {
+            "schema_version": "1", "prometheus": result.prometheus_url, "queries": result.queries,
+            "scrape_interval_seconds": result.scrape_interval_seconds, "window_seconds": result.window_seconds,
+            "end_unix": result.end_unix, "notes": result.notes,
+            "instances": {k: json.loads(render_json(v)) for k, v in verdicts.items()},
+        }  # fmt: skip
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    for key, verdict in verdicts.items():
+        stdout.rule(escape(key))
+        stdout.print(render_terminal(verdict, verbose=verbose))
+    stdout.print(f"[dim]{len(verdicts)} instance(s) from {escape(result.prometheus_url)}: {result.queries} "
+                 f"queries, window {result.window_seconds:g} s, scrape every {result.scrape_interval_seconds:g} s[/]")
+    for note in result.notes:
+        stderr.print(f"[yellow]NOTE:[/] {escape(note)}")
+
+
+def emit_prometheus_timeline(timeline, as_json: bool) -> None:
+    """One line per step: each instance's class (the fleet timeline rendering replaces this)."""
+    import json
+    from datetime import datetime
+
+    keys = sorted({k for _, verdicts, _ in timeline for k in verdicts})
+    if as_json:
+        doc = {
+            "schema_version": "1",
+            "queries": timeline[0][2].queries if timeline else 0,
+            "step_seconds": timeline[0][2].window_seconds if timeline else None,
+            "steps": [{"end_unix": t, "classes": {k: v.bottleneck.value for k, v in verdicts.items()}}
+                      for t, verdicts, _ in timeline],
+        }  # fmt: skip
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    stdout.print("time      " + "  ".join(f"{escape(k):<24}" for k in keys))
+    for t, verdicts, _ in timeline:
+        cells = "  ".join(f"{(verdicts[k].bottleneck.value if k in verdicts else '-'):<24}" for k in keys)
+        stdout.print(f"{datetime.fromtimestamp(t).strftime('%H:%M:%S')}  {cells}")
+    if timeline:
+        result = timeline[0][2]
+        stdout.print(f"[dim]{len(timeline)} steps of {result.window_seconds:g} s, {result.queries} queries[/]")
+        for note in result.notes:
+            stderr.print(f"[yellow]NOTE:[/] {escape(note)}")
 
 
 def load_nvml_replay(path: Path):

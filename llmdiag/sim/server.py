@@ -1,7 +1,8 @@
 """The simulated inference server: the engine run in (scaled) real time behind vLLM's HTTP API, on aiohttp.
 
     SimServer(preset_or_config)   a context manager; its own event loop in a background thread, bound to
-                                  127.0.0.1 (port 0 by default); ``.url``, ``.metrics_url``, ``.dcgm_url``
+                                  127.0.0.1 (port 0 by default); ``.url``, ``.metrics_url``, ``.dcgm_url``;
+                                  ``.switch_preset(name)`` restarts it in place in another preset (counters reset)
     GET  /metrics                 vLLM 0.33's Prometheus page (``llmdiag.sim.metrics``)
     GET  /dcgm/metrics            dcgm-exporter's page for the simulated GPUs
     GET  /health  /v1/models  /version
@@ -293,10 +294,10 @@ class EngineRunner:
             self._wakeup.set()
 
     async def run(self) -> None:
-        engine = self.engine
         self._wakeup = asyncio.Event()
         resume_at: float | None = None  # the end of the last step, where the next one starts
         while True:
+            engine = self.engine  # read each time: ``SimApp.switch`` replaces it
             if not engine.has_work():
                 self._wakeup.clear()
                 await self._wakeup.wait()
@@ -317,6 +318,9 @@ class EngineRunner:
                 await asyncio.sleep(0.001)
                 continue
             await asyncio.sleep(max(0.0, (step.end - self.clock()) / self.time_scale))
+            if engine is not self.engine:  # switched while the step ran: its requests were aborted
+                resume_at = None
+                continue
             for request in engine.complete(step):
                 if request.listener is not None:
                     request.listener()
@@ -351,9 +355,9 @@ class SimApp:
         if self.dialect.headers:
             middlewares.append(_with_headers(dict(self.dialect.headers)))
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
-        for path, page in self.pages.items():
+        for path in self.pages:
             if path != "/v1/models":
-                app.router.add_get(path, _page_handler(page))
+                app.router.add_get(path, self._page(path))
         app.router.add_get("/dcgm/metrics", self.dcgm_metrics)
         if "/health" not in self.pages:
             app.router.add_get("/health", self.health)
@@ -364,6 +368,31 @@ class SimApp:
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         self.web_app = app
+
+    def _page(self, path: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handle(request: web.Request) -> web.Response:
+            return await _page_handler(self.pages[path])(request)  # looked up per request: ``switch`` rebuilds them
+
+        return handle
+
+    def switch(self, config: SimConfig) -> None:
+        """Restart in place with another setup (same port, same dialect): what is in flight ends as aborted, the
+        counters start from zero as a restarted server's do, and every page reads the new engine. On the loop."""
+        old = self.engine
+        self.config = config
+        self.engine = Engine(config.engine)
+        self.runner.engine = self.engine
+        for request in old.abort_all(self.runner.clock()):
+            if request.listener is not None:
+                request.listener()
+        self.dcgm_registry = dcgm_registry(self.engine, self.runner.clock)
+        self.model = config.engine.served_model_name
+        self._model_json = json.dumps(self.model)
+        self._text = _Text(config.engine.model_len)
+        state = SimState(self.engine, self.runner.clock, self.wall_start, self.http, self.model,
+                         config.engine.model_len)  # fmt: skip
+        self.pages = dict(self.dialect.setup(state))
+        self.runner.wake()
 
     # --- plain endpoints ------------------------------------------------------------------------------
 
@@ -758,6 +787,22 @@ class SimServer:
             return app.snapshot()
 
         return asyncio.run_coroutine_threadsafe(read(), self._loop).result(timeout=10)
+
+    def switch_preset(self, preset_or_config: str | Preset | SimConfig | EngineConfig) -> None:
+        """Restart the simulated server in place in another preset (same URL): in-flight requests are aborted and
+        its counters start over, as after a real restart with other flags. The caller changes the load, if wanted."""
+        if self._loop is None or self.app is None:
+            raise RuntimeError("the server is not running")
+        config = as_config(preset_or_config)
+        config = SimConfig(config.engine, self.config.default_max_tokens, self.config.stop_after_tokens,
+                           self.config.time_scale)  # fmt: skip
+        self.config = config
+        app = self.app
+
+        async def switch() -> None:
+            app.switch(config)
+
+        asyncio.run_coroutine_threadsafe(switch(), self._loop).result(timeout=10)
 
     def timings(self, clear: bool = False) -> dict[str, Any]:
         """``/sim/timings`` without HTTP: {"requests": {X-Request-Id: {"received_at", "event_times",
