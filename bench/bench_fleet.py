@@ -10,6 +10,11 @@ the figure is an upper bound for the scanning side and says nothing about 50 rea
 Printed: wall seconds per concurrency level, the targets judged, the class counts, and the ideal
 (ceil(targets / concurrency) × window). Prints, asserts nothing, exits 0, like the other benches.
 
+Through Prometheus (issue 9 part A, ``--section prometheus``; needs Debian's ``prometheus``): one real Prometheus
+scrapes the same simulator instances every second as ``--targets`` scrape jobs (one job per target, so each is its
+own instance in PromQL), and ``collect_prometheus`` + a verdict per instance runs for 5, 20 and all targets (a
+``job=~`` selector): wall seconds and the number of queries, which must not grow with the targets.
+
     .venv/bin/python bench/bench_fleet.py                          # 50 targets, window 3 s, concurrency 8 and 50
     .venv/bin/python bench/bench_fleet.py --targets 20 --concurrency 4,20 --window 5
 """
@@ -69,6 +74,52 @@ def direct_targets(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def prometheus_targets(args: argparse.Namespace) -> list[dict]:
+    from llmdiag.api import diagnose_prometheus
+    from llmdiag.collect.promql import PrometheusSource
+    from tests.prometheus_server import PrometheusServer, missing
+
+    if missing():
+        print(f"prometheus: skipped ({missing()})", flush=True)
+        return []
+    preset = get_preset("healthy")
+    load = replace(preset.load, users=args.users)
+    servers, drivers, rows = [], [], []
+    try:
+        for _ in range(args.instances):
+            server = SimServer(preset).start()
+            servers.append(server)
+            driver = ClosedLoopLoad(server.url, server.model, load, max_seconds=3600)
+            driver.start()
+            drivers.append(driver)
+        jobs = {f"replica-{i}": [servers[i % len(servers)].metrics_url] for i in range(args.targets)}
+        with PrometheusServer(jobs) as prom:
+            prom.wait_for_samples("vllm:num_requests_running", args.targets, samples=4, timeout_seconds=60)
+            time.sleep(max(0.0, args.window - 4))
+            for count in sorted({min(5, args.targets), min(20, args.targets), args.targets}):
+                selector = '{job=~"' + "|".join(f"replica-{i}" for i in range(count)) + '"}'
+                source = PrometheusSource(prom.url)
+                started = time.monotonic()
+                verdicts, result = diagnose_prometheus(source, selector, None, max(args.window, 4.0))
+                wall = time.monotonic() - started
+                classes: dict[str, int] = {}
+                for verdict in verdicts.values():
+                    classes[verdict.bottleneck.value] = classes.get(verdict.bottleneck.value, 0) + 1
+                row = {"section": "prometheus", "targets": count, "instances": args.instances,
+                       "queries": result.queries, "wall_seconds": round(wall, 2), "judged": len(verdicts),
+                       "class_counts": classes, "window_seconds": result.window_seconds}  # fmt: skip
+                rows.append(row)
+                print(f"prometheus: {count} targets ({args.instances} simulator instances behind {count} scrape "
+                      f"jobs): {result.queries} queries, {wall:.2f} s wall; judged {len(verdicts)}; classes "
+                      f"{classes}", flush=True)  # fmt: skip
+    finally:
+        for driver in drivers:
+            driver.stop()
+        for server in servers:
+            server.stop()
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", type=int, default=50)
@@ -77,13 +128,16 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=3.0)
     parser.add_argument("--concurrency", default="8,50", help="comma list")
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--section", default="direct,prometheus", help="comma list: direct, prometheus")
     args = parser.parse_args()
     try:
         args.concurrency = [int(c) for c in args.concurrency.split(",")]
     except ValueError:
         print("ERROR: --concurrency is a comma list of integers", file=sys.stderr)
         return 2
-    rows = direct_targets(args)
+    rows = direct_targets(args) if "direct" in args.section else []
+    if "prometheus" in args.section:
+        rows += prometheus_targets(args)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 0
