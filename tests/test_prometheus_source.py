@@ -337,6 +337,8 @@ def test_times_windows_and_selectors() -> None:
     assert parse_time("10m", now=10_000.0) == 9_400.0
     assert parse_time("1700000000") == 1_700_000_000.0
     assert parse_time("2025-01-31T14:05:00Z") == 1738332300.0
+    noon = parse_time("12:00", now=time.time())
+    assert noon <= time.time() and time.localtime(noon)[3:6] == (12, 0, 0)
     assert selector_matchers('{job="vllm"}') == 'job="vllm"' and selector_matchers(None) == ""
     with pytest.raises(UsageError):
         selector_matchers("{job=vllm")

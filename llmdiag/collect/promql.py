@@ -300,7 +300,8 @@ def parse_duration(text: str, what: str = "duration") -> float:
 
 
 def parse_time(text: str, what: str = "time", now: float | None = None) -> float:
-    """Unix seconds, an ISO 8601 time (a naive one is local time), 'now', or a span ago ('10m' = ten minutes ago)."""
+    """Unix seconds, an ISO 8601 time (a naive one is local time), a time of day (HH:MM[:SS], the last one), 'now',
+    or a span ago ('10m' = ten minutes ago)."""
     now = time.time() if now is None else now
     raw = text.strip()
     if raw == "now":
@@ -316,6 +317,11 @@ def parse_time(text: str, what: str = "time", now: float | None = None) -> float
         return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
     except ValueError:
         pass
+    if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2})?", raw):  # a time of day: today's, or yesterday's if still to come
+        hms = [int(x) for x in raw.split(":")] + [0]
+        today = datetime.fromtimestamp(now).replace(hour=hms[0], minute=hms[1], second=hms[2], microsecond=0)
+        stamp = today.timestamp()
+        return stamp if stamp <= now else stamp - 86400.0
     try:
         return now - parse_duration(raw.removesuffix(" ago").removesuffix("ago").strip().lstrip("-"), what)
     except UsageError:
