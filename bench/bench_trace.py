@@ -344,12 +344,12 @@ def targets(results: list[dict]) -> list[str]:
         lines.append(f"   over: {d[0]} rank {d[1]} {d[2]} {d[3]:.2f} pp")
     ok = [r for r in results if r["speedup"] and r["memory_share"] is not None and not r["our_error"]]
     slow = [r for r in ok if r["speedup"] < TARGET_SPEEDUP]
-    lines.append(f"≥ {TARGET_SPEEDUP:.0f}x faster (wall): {'MET' if ok and not slow else 'NOT MET'} on "
-                 f"{len(ok) - len(slow)}/{len(ok)} sets" + ("; below: " + ", ".join(
+    lines.append(f"≥ {TARGET_SPEEDUP:.0f}x faster (wall): {'MET' if ok and not slow else 'NOT MET'}, met on "
+                 f"{len(ok) - len(slow)} of {len(ok)} sets" + ("; below: " + ", ".join(
                      f"{r['set']} {r['speedup']:.1f}x" for r in slow) if slow else ""))  # fmt: skip
     fat = [r for r in ok if r["memory_share"] > TARGET_MEMORY_SHARE]
-    lines.append(f"≤ {TARGET_MEMORY_SHARE:.0%} of HTA's peak memory: {'MET' if ok and not fat else 'NOT MET'} on "
-                 f"{len(ok) - len(fat)}/{len(ok)} sets" + ("; above: " + ", ".join(
+    lines.append(f"≤ {TARGET_MEMORY_SHARE:.0%} of HTA's peak memory: {'MET' if ok and not fat else 'NOT MET'}, met on "
+                 f"{len(ok) - len(fat)} of {len(ok)} sets" + ("; above: " + ", ".join(
                      f"{r['set']} {r['memory_share']:.0%}" for r in fat) if fat else ""))  # fmt: skip
     return lines
 
