@@ -3,8 +3,11 @@ of each server (tests/fixtures/SERVERS-README.md) read through their probe specs
 
 The live tests run the simulator in SGLang's, TGI's and llama.cpp's dialect, in the same presets as the vLLM tests,
 and scan it with the CLI as a user would (``llmdiag scan URL``, no --server): the server must be detected, and the
-verdict must be the same class as vLLM's where the server exposes the signals. llama.cpp (a recent build) has no KV
-gauge and no latency histograms, so its verdicts stay unknown and the coverage says why.
+verdict must be the same class as vLLM's where the server exposes the signals. TGI and llama.cpp have no TTFT
+histogram: the canary requests' client-side TTFT stands in for the healthy judgement, and the verdict says so. llama.cpp
+(a recent build) has no KV gauge: its mean time per output token comes from its generation counters and its slot count
+from /props; requests deferred with every slot busy are scheduling (SCH010), requests deferred with free slots stay
+unknown, naming the missing KV gauge (README, Servers).
 """
 
 from __future__ import annotations
@@ -95,17 +98,31 @@ def test_scheduling_preset_is_scheduling(dialect):
 
 
 @pytest.mark.parametrize("dialect", ["sglang", "tgi", "llamacpp"])
-def test_healthy_preset_is_not_a_bottleneck(dialect):
+def test_healthy_preset_is_healthy(dialect):
     verdict = scan_dialect(dialect, "healthy")
     assert not [f for f in verdict["findings"] if f["category"] != "sanity"], describe(verdict)
+    assert verdict["bottleneck"] == "healthy", describe(verdict)
+    assert stat(verdict, "requests_running", "max") >= 30  # the preset's 32 users
+    assert stat(verdict, "requests_waiting", "mean") < 1
     if dialect == "sglang":
-        assert verdict["bottleneck"] == "healthy", describe(verdict)
-    else:  # no server-side TTFT histogram on TGI or llama.cpp: a healthy verdict needs one (open: the canary's)
-        assert verdict["bottleneck"] == "unknown" and "ttft_seconds" in verdict["summary"], describe(verdict)
+        assert stat(verdict, "ttft_seconds", "p50") < 0.1
+        return
+    # no server-side TTFT histogram on TGI or llama.cpp: the canary requests' TTFT stands in, and the verdict says so
+    assert "ttft_seconds" not in verdict["signals"]
+    assert 0 < stat(verdict, "client_ttft_seconds", "p50") < 0.1
+    assert "(llmdiag's canary requests)" in verdict["summary"]
+    assert any(n.startswith("TTFT from llmdiag's own canary requests") and n.endswith("the server exposes none")
+               for n in verdict["notes"]), verdict["notes"]  # fmt: skip
     if dialect == "tgi":  # TGI counts requests, not tokens
         assert stat(verdict, "requests_finished_per_second", "rate") > 0
-    else:
+        assert stat(verdict, "kv_cache_usage_ratio", "max") < 0.1
+    else:  # llama.cpp: the KV gauge is gone; an empty queue on a server that never preempts stands in, said so
         assert stat(verdict, "generation_tokens_per_second", "rate") > 0
+        assert any(n.startswith("KV cache usage unavailable") and "never preempts" in n for n in verdict["notes"])
+        itl = verdict["signals"]["itl_seconds"]
+        assert "tokens_predicted_seconds_total" in itl["source"]
+        assert 0 < itl["stats"]["mean"] < 0.02  # the healthy deployment's ~7 ms steps
+        assert itl["stats"]["mean"] == pytest.approx(stat(verdict, "client_tpot_seconds", "p50"), rel=0.5)
 
 
 def test_sglang_compute_preset_is_compute():
@@ -117,13 +134,42 @@ def test_sglang_compute_preset_is_compute():
 
 
 def test_llamacpp_memory_preset_says_it_cannot_see_the_kv_cache():
-    """A recent llama.cpp has no KV gauge: the verdict does not guess memory, and the coverage says why."""
+    """A recent llama.cpp has no KV gauge: requests deferred while slots are free are not a slot limit, and what else
+    holds them back cannot be seen. The verdict stays unknown and names the missing gauge; it never guesses memory."""
     verdict = scan_dialect("llamacpp", "memory")
-    assert verdict["bottleneck"] != "memory", describe(verdict)
+    assert verdict["bottleneck"] == "unknown", describe(verdict)
+    assert not [f for f in verdict["findings"] if f["category"] != "sanity"], describe(verdict)
     kv = verdict["signals"]["kv_cache_usage_ratio"]
     assert "PR #13660" in kv["unavailable"]
-    assert stat(verdict, "requests_waiting", "mean") >= 1  # the deferred requests are seen
+    waiting = stat(verdict, "requests_waiting", "mean")
+    assert waiting >= 5  # the deferred requests are seen
+    slots = get_preset("memory").engine.max_num_seqs
+    assert stat(verdict, "max_active_requests", "value") == slots  # /props total_slots
+    assert stat(verdict, "batch_slots_in_use_ratio", "value") < 0.2
+    summary = verdict["summary"]
+    assert summary.startswith("Unknown: ") and f"of {slots} slots busy" in summary and "PR #13660" in summary
+    assert "missing kv_cache_usage_ratio" in summary
+    sch010 = next(r for r in verdict["coverage"]["rules"] if r["code"] == "SCH010")
+    assert sch010["status"] == "passed" and "batch_slots_in_use_ratio" in sch010["reason"]
     assert "llama.cpp" in server_note(verdict) and "canary" in server_note(verdict)
+
+
+def test_llamacpp_scheduling_preset_is_every_slot_busy():
+    """Deferred requests with every --parallel slot busy and fast steps: the slot limit (SCH010, standing in for
+    SCH001, which needs the KV gauge)."""
+    verdict = scan_dialect("llamacpp", "scheduling")
+    assert verdict["bottleneck"] == "scheduling", describe(verdict)
+    assert [f["code"] for f in verdict["findings"] if f["category"] != "sanity"] == ["SCH010"]
+    cap = get_preset("scheduling").engine.max_num_seqs
+    numbers = {e["signal"]: e["value"] for e in verdict["findings"][0]["evidence"]}
+    assert numbers["requests_waiting_avg"] >= 20
+    assert numbers["batch_slots_in_use_ratio"] == 1.0
+    assert numbers["max_active_requests"] == numbers["requests_running"] == cap
+    assert numbers["itl_seconds"] < 0.05
+    assert numbers["preemptions_per_second"] == 0
+    sch001 = next(r for r in verdict["coverage"]["rules"] if r["code"] == "SCH001")
+    assert sch001["status"] == "skipped" and "kv_cache_usage_ratio" in sch001["reason"]
+    assert any("--parallel" in fix for fix in verdict["findings"][0]["fixes"])
 
 
 # --- detection ------------------------------------------------------------------------------------------------
@@ -196,7 +242,10 @@ def test_llamacpp_pages_say_the_kv_gauge_is_gone():
     assert verdict.signals["generation_tokens_per_second"].stats["rate"] == pytest.approx(160.0)
     # summed slot time per generated token: the mean time per output token, 40 s / 1600 tokens
     assert verdict.signals["generation_busy_seconds_per_second"].stats["rate"] == pytest.approx(4.0)
-    assert verdict.bottleneck.value != "memory"
+    assert verdict.signals["itl_seconds"].stats["mean"] == pytest.approx(40 / 1600)
+    assert "total_slots" in verdict.signals["max_active_requests"].unavailable  # a saved page has no /props
+    assert verdict.bottleneck.value == "unknown"
+    assert "missing kv_cache_usage_ratio" in verdict.summary
 
 
 def test_analyze_server_override_and_unrecognised_dump(tmp_path):

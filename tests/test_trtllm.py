@@ -12,12 +12,13 @@ import pytest
 import requests
 
 from llmdiag.collect import collect_files, collect_live
+from llmdiag.collect.detect import detect_live
 from llmdiag.collect.http import Connection
 from llmdiag.collect.trtllm import missing_records, signals_from_iteration_records
 from llmdiag.engine.evaluate import build_verdict
 from llmdiag.sim.presets import get_preset
 from llmdiag.sim.server import ClosedLoopLoad, SimServer
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, run_cli
 
 RECORDS = FIXTURES / "trtllm"
 WARMUP_SECONDS = 2.0
@@ -87,44 +88,78 @@ def scan(dialect: str, preset_name: str, probe: str, path: str | None = None, du
     return signals, build_verdict(signals)
 
 
-def evidence(verdict, code: str) -> dict[str, float | None]:
-    finding = next(f for f in verdict.findings if f.code == code)
-    return {e.signal: e.value for e in finding.evidence}
+def scan_cli(dialect: str, preset_name: str, *extra: str) -> dict:
+    """``llmdiag scan URL`` as a user runs it: no --server, the server detected from what it answers."""
+    preset = get_preset(preset_name)
+    with SimServer(preset, dialect=dialect) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=60):
+        time.sleep(WARMUP_SECONDS)
+        extra = tuple(a.replace("URL", sim.url) for a in extra)
+        result = run_cli("scan", sim.url, "--no-nvml", "--duration", "4", "--json", "--fail-on", "never", *extra,
+                         timeout=90)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def value(verdict: dict, signal: str, stat: str) -> float:
+    entry = verdict["signals"][signal]
+    assert entry.get("unavailable") is None, (signal, entry.get("unavailable"))
+    return entry["stats"][stat]
 
 
 @pytest.mark.parametrize(
-    ("dialect", "probe", "path", "preset", "code"),
+    ("dialect", "extra", "preset", "code", "detected"),
     [
-        ("trtllm", "trtllm", None, "memory", "MEM001"),  # JSON records: pauses are preemptions
-        ("trtllm", "trtllm", None, "scheduling", "SCH001"),
-        ("trtllm", "trtllm", None, "healthy", None),
-        ("trtllm", "trtllm", "/prometheus/metrics", "memory", "MEM003"),  # paused only as a sampled gauge
-        ("triton", "triton", None, "memory", "MEM003"),
-        ("triton", "triton", None, "healthy", None),
+        # JSON records at /metrics (pauses are preemptions), the trtllm_ page beside them for TTFT
+        ("trtllm", (), "memory", "MEM001", "TensorRT-LLM"),
+        ("trtllm", (), "scheduling", "SCH001", "TensorRT-LLM"),
+        ("trtllm", (), "healthy", None, "TensorRT-LLM"),
+        # the Prometheus page alone: paused requests only as a sampled gauge, so the no-preemption memory rule
+        ("trtllm", ("--metrics-url", "URL/prometheus/metrics"), "memory", "MEM003", "TensorRT-LLM"),
+        ("triton", (), "memory", "MEM003", "Triton (TensorRT-LLM backend)"),
+        ("triton", (), "scheduling", "SCH001", "Triton (TensorRT-LLM backend)"),
+        ("triton", (), "healthy", None, "Triton (TensorRT-LLM backend)"),
     ],
 )
-def test_simulated_dialect_gives_the_vllm_class(dialect, probe, path, preset, code):
-    signals, verdict = scan(dialect, preset, probe, path)
+def test_scan_detects_the_dialect_and_gives_the_vllm_class(dialect, extra, preset, code, detected):
+    verdict = scan_cli(dialect, preset, *extra)
     expected = get_preset(preset).expected
-    assert verdict.bottleneck.value == expected, [(f.code, f.summary) for f in verdict.findings]
+    assert verdict["bottleneck"] == expected, [(f["code"], f["summary"]) for f in verdict["findings"]]
+    note = verdict["coverage"]["probes"][0]["note"]
+    assert note.startswith(f"server: detected {detected}"), note
+    prefix = "'nv_trt_llm_'" if dialect == "triton" else "'trtllm_'"
+    assert prefix in note  # detected by its metric names (the JSON page itself is not Prometheus)
     if code is None:
-        assert signals.get("ttft_seconds").unavailable is None
-        assert signals.get("requests_waiting").stats["mean"] < 1  # per-iteration records catch brief arrivals
-        assert signals.get("kv_cache_usage_ratio").stats["max"] < 0.2
+        assert not [f for f in verdict["findings"] if f["category"] != "sanity"]
+        assert value(verdict, "ttft_seconds", "p50") < 0.1  # the server's own TTFT (trtllm_ / first-response ms)
+        assert value(verdict, "requests_waiting", "mean") < 1
+        assert value(verdict, "kv_cache_usage_ratio", "max") < 0.2
+        assert value(verdict, "generation_tokens_per_second", "rate") > 1000
+        assert verdict["summary"].startswith("Healthy: ")
         return
-    assert verdict.findings[0].code == code
-    numbers = evidence(verdict, code)
+    assert verdict["findings"][0]["code"] == code
+    numbers = {e["signal"]: e["value"] for e in verdict["findings"][0]["evidence"]}
     if expected == "memory":
         assert numbers["requests_waiting_avg"] > 5
-        assert signals.get("kv_cache_usage_ratio").stats["max"] >= 0.9
-        assert signals.get("kv_cache_blocks").stats["value"] == 1512  # the preset's pool
+        assert value(verdict, "kv_cache_usage_ratio", "max") >= 0.9
+        assert value(verdict, "kv_cache_blocks", "value") == 1512  # the preset's pool
     if code == "MEM001":
         assert numbers["preemptions_per_second"] > 0  # numPausedRequests summed over the records
+        assert value(verdict, "iteration_records_missing_ratio", "value") == 0
+    if code == "MEM003":
+        assert numbers["preemptions_per_second"] == 0 or dialect == "trtllm"
     if expected == "scheduling":
-        assert numbers["requests_running"] == 4  # --max-num-seqs 4 → maxNumActiveRequests
+        assert numbers["requests_running"] == 4  # --max-num-seqs 4 → maxNumActiveRequests / request_type="max"
         assert numbers["requests_waiting_avg"] > 20
-    if path is None and dialect == "trtllm":
-        assert signals.get("iteration_records_missing_ratio").stats["value"] == 0
+        assert numbers["kv_cache_usage_ratio"] < 0.1
+        assert numbers["itl_seconds"] < 0.05
+
+
+def test_trtllm_without_its_prometheus_page_is_detected_by_owned_by():
+    """trtllm-serve without return_perf_metrics answers JSON at /metrics and nothing Prometheus: /v1/models'
+    owned_by 'tensorrt_llm' (ModelCard's default in tensorrt_llm/serve/openai_protocol.py) names it."""
+    with SimServer("healthy", dialect="trtllm") as sim:
+        found = detect_live(Connection(base_url=sim.url, metrics_url=f"{sim.url}/dcgm/metrics"))
+    assert found.probe == "trtllm" and found.reason == "/v1/models says owned_by 'tensorrt_llm'"
 
 
 def steal(url: str, stop: threading.Event) -> None:

@@ -86,7 +86,12 @@ def build_server_signals(
         from llmdiag.collect import trtllm
 
         return trtllm.build_server_signals(spec, scrapes, where, origin, live)
-    return build_signal_set(spec, scrapes, where, origin=origin)
+    signal_set = build_signal_set(spec, scrapes, where, origin=origin)
+    if spec.name == "llamacpp":  # ITL from the generation counters (llmdiag/collect/llamacpp.py)
+        from llmdiag.collect.llamacpp import finish_llamacpp_signals
+
+        finish_llamacpp_signals(signal_set)
+    return signal_set
 
 
 def merge_signal_sets(into: SignalSet, other: SignalSet) -> SignalSet:
@@ -259,6 +264,11 @@ def collect_live(
         )
     signal_set = build_server_signals(spec, server.scrapes, server.display_url)
     signal_set.anomalies += server.failures
+    if spec.name == "llamacpp":  # the slot count, from /props: one read
+        from llmdiag.collect.llamacpp import read_props
+
+        for signal in read_props(connection):
+            signal_set.add(signal)
     for source in optional:
         if source.dropped is None and len(source.scrapes) < 2:
             source.dropped = f"{source.label}: only {len(source.scrapes)} read(s) in the window, too few to measure"

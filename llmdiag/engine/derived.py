@@ -219,6 +219,20 @@ def running_at_peak(signals: SignalSet) -> float:
 
 
 @derived(
+    "batch_slots_in_use_ratio",
+    "ratio",
+    "The running gauge's window maximum over the server's cap on requests in flight (llama.cpp's --parallel slots "
+    "from /props, TensorRT-LLM's maxNumActiveRequests): 1 means every slot was busy.",
+    formula="max(requests_running) / max_active_requests",
+)
+def batch_slots_in_use(signals: SignalSet) -> float:
+    cap = need(signals, "max_active_requests", "last")
+    if cap <= 0:
+        raise Missing("max_active_requests is zero")
+    return need(signals, "requests_running", "max") / cap
+
+
+@derived(
     "running_gauge_zero_under_load_ratio",
     "ratio",
     "Share of scrapes whose running gauge read 0 although requests were running on average "

@@ -34,6 +34,12 @@ from llmdiag.model import (
 CORE_SIGNALS = ("requests_running", "requests_waiting", "kv_cache_usage_ratio", "ttft_seconds", "itl_seconds")
 # server logs print no latency histogram: judged from the stat lines (ITL estimated from them), TTFT is left out
 LOG_CORE_SIGNALS = ("requests_running", "requests_waiting", "kv_cache_usage_ratio", "itl_seconds")
+# a server without the latency histogram (TGI and llama.cpp have no TTFT; llama.cpp may lack ITL): the scan's own
+# canary requests measured the same thing from the client side, and stand in for the healthy/idle judgement only
+CLIENT_STAND_INS = {"ttft_seconds": "client_ttft_seconds", "itl_seconds": "client_tpot_seconds"}
+# below this mean queue no queueing rule fires (their warning threshold): a server that never preempts shows a full
+# KV cache only as waiting requests, so with none its missing KV gauge does not stop a healthy verdict
+QUEUE_FREE_BELOW = 1.0
 # when two classes fire at the same severity, the one that causes the other's symptoms wins:
 # a full KV cache makes requests queue, so memory outranks scheduling
 ROOT_CAUSE_ORDER = {Category.memory: 3, Category.network: 2, Category.compute: 1, Category.scheduling: 0}
@@ -287,14 +293,70 @@ def _summary(bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet
             signals,
         )
     if bottleneck is Bottleneck.healthy:
+        ttft = "TTFT p50 {ttft_seconds.p50:.3f} s"
+        if not _has(signals, "ttft_seconds", "p50"):
+            ttft = "TTFT p50 {client_ttft_seconds.p50:.3f} s (llmdiag's canary requests)"
+        itl = "inter-token latency p50 {itl_seconds.p50:.3f} s"
+        if not _has(signals, "itl_seconds", "p50"):
+            itl = ("inter-token latency mean {itl_seconds.mean:.3f} s" if _has(signals, "itl_seconds", "mean")
+                   else "time per output token p50 {client_tpot_seconds.p50:.3f} s (llmdiag's canary requests)")
+        rate = ("{generation_tokens_per_second.rate:.0f} output tokens/s across {requests_running_avg.value:.1f} "
+                "running requests ({per_user_tokens_per_second.value:.0f} tokens/s each)")
+        if not _has(signals, "generation_tokens_per_second", "rate"):  # TGI counts requests, not tokens
+            rate = ("{requests_finished_per_second.rate:.1f} requests/s finished, {requests_running_avg.value:.1f} "
+                    "running on average")
         return render_summary(
-            "Healthy: {generation_tokens_per_second.rate:.0f} output tokens/s across "
-            "{requests_running_avg.value:.1f} running requests ({per_user_tokens_per_second.value:.0f} tokens/s "
-            "each), {requests_waiting_avg.value:.1f} waiting on average; TTFT p50 {ttft_seconds.p50:.3f} s, "
-            "inter-token latency p50 {itl_seconds.p50:.3f} s.",
-            signals,
+            f"Healthy: {rate}, {{requests_waiting_avg.value:.1f}} waiting on average; {ttft}, {itl}.", signals
         )
-    return "Unknown: too little evidence to judge; missing " + ", ".join(missing) + "."
+    waiting = _lookup(signals, SignalRef(signal="requests_waiting_avg", stat="value"))[0]
+    reasons = []
+    for name in missing:
+        signal = signals.get(name)
+        reasons.append(f"{name} ({signal.unavailable})" if signal is not None and signal.unavailable else name)
+    if waiting is not None and waiting >= QUEUE_FREE_BELOW:
+        slots = ""
+        if _has(signals, "batch_slots_in_use_ratio", "value"):
+            slots = render_summary(" with {requests_running.max:.0f} of {max_active_requests.last:.0f} slots busy "
+                                   "at peak", signals)  # fmt: skip
+        return (f"Unknown: {waiting:.1f} requests waiting on average{slots}, and no rule could say what holds them "
+                "back; missing " + "; ".join(reasons) + ".")  # fmt: skip
+    return "Unknown: too little evidence to judge; missing " + "; ".join(reasons) + "."
+
+
+def _has(signals: SignalSet, name: str, stat: str) -> bool:
+    return _lookup(signals, SignalRef(signal=name, stat=stat))[0] is not None
+
+
+def _missing_core(signals: SignalSet) -> tuple[list[str], list[str]]:
+    """The core signals a healthy verdict lacks, and the notes for what stood in for the others.
+
+    A missing TTFT (or ITL) histogram is covered by the canary requests' client-side figures; a missing KV gauge on
+    a server that never preempts (by design) is covered by an empty queue, the only way KV pressure shows there.
+    """
+    missing, notes = [], []
+    for name in _core_signals(signals):
+        signal = signals.get(name)
+        if signal is not None and signal.unavailable is None:
+            continue
+        client = CLIENT_STAND_INS.get(name, "")
+        if client and _has(signals, client, "p50"):
+            count = _lookup(signals, SignalRef(signal=client, stat="count"))[0] or 0
+            what = "TTFT" if name == "ttft_seconds" else "time per output token"
+            why = "the server exposes none" if signal is None or "not exposed" in (signal.unavailable or "") or (
+                "no latency" in (signal.unavailable or "")) else f"the server's is unavailable: {signal.unavailable}"
+            notes.append(f"{what} from llmdiag's own canary requests ({count:.0f}, client side): {why}")
+            continue
+        waiting = _lookup(signals, SignalRef(signal="requests_waiting_avg", stat="value"))[0]
+        preempt = signals.get("preemptions_per_second")
+        never_preempts = preempt is not None and preempt.unavailable is None and "by design" in preempt.source
+        if name == "kv_cache_usage_ratio" and never_preempts and waiting is not None and waiting < QUEUE_FREE_BELOW:
+            reason = signal.unavailable if signal is not None else "not collected"
+            notes.append(f"KV cache usage unavailable ({reason}); judged from the queue instead: this server never "
+                         f"preempts, so a full KV cache would keep requests waiting, and {waiting:.2f} waited on "
+                         "average")  # fmt: skip
+            continue
+        missing.append(name)
+    return missing, notes
 
 
 def _stand_ins(rules: tuple[RuleSpec, ...], outcomes: list[RuleOutcome], findings: list[Finding]) -> None:
@@ -330,7 +392,7 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
     )
     classed = [f for f in findings if f.category in BOTTLENECK_CATEGORIES and not f.advisory]
     primary = classed[0] if classed else None
-    missing = [n for n in _core_signals(signals) if (s := signals.get(n)) is None or s.unavailable is not None]
+    missing, stand_in_notes = _missing_core(signals)
     if primary is not None:
         bottleneck = Bottleneck(primary.category.value)
     else:
@@ -342,6 +404,8 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
         else:
             bottleneck = Bottleneck.unknown
     confidence, notes = _confidence(bottleneck, findings, primary, signals)
+    if bottleneck in (Bottleneck.healthy, Bottleneck.idle):
+        notes = stand_in_notes + notes
     label = "high" if confidence >= 0.75 else "medium" if confidence >= 0.5 else "low"
     return Verdict(
         target=target,

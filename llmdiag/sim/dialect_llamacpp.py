@@ -7,9 +7,10 @@ Served: ``/metrics`` (no labels; a recent build: no KV-cache gauges, removed by 
 
 Mapping from the engine: slots are the batch cap (``--parallel``), ``requests_processing`` = running,
 ``requests_deferred`` = waiting; ``prompt_seconds_total`` and ``tokens_predicted_seconds_total`` sum the requests'
-prefill and decode times; ``n_decode_total`` counts engine steps; ``n_busy_slots_per_decode`` is the lifetime mean
-of output tokens per step. Deviation: llama.cpp never preempts; the simulated engine may, and the page does not
-show it (as on a real llama.cpp).
+prefill and decode times, and ``tokens_predicted_total`` their generated tokens, each added when a request ends (as
+llama.cpp's ``on_prediction`` does); ``n_decode_total`` counts engine steps; ``n_busy_slots_per_decode`` is the
+lifetime mean of output tokens per step. Deviation: llama.cpp never preempts; the simulated engine may, and the page
+does not show it (as on a real llama.cpp).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def _page(state: SimState) -> PageResult:
         ("llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.", stats.prompt_tokens),
         ("llamacpp:prompt_seconds_total", "counter", "Prompt process time", stats.prefill.total),
         ("llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.",
-         stats.generation_tokens),
+         stats.request_generation_tokens.total),
         ("llamacpp:tokens_predicted_seconds_total", "counter", "Predict process time", stats.decode.total),
         ("llamacpp:n_decode_total", "counter", "Total number of llama_decode() calls", stats.steps),
         ("llamacpp:n_busy_slots_per_decode", "counter", "Average number of busy slots per llama_decode() call",

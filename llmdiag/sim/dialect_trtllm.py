@@ -309,6 +309,6 @@ def _triton_pages(state: SimState) -> dict[str, Page]:
 
 
 TRTLLM = register(Dialect(name="trtllm", summary=f"TensorRT-LLM trtllm-serve {TRTLLM_VERSION.split('+')[0]}",
-                          setup=_trtllm_pages, owned_by="tensorrt_llm"))  # fmt: skip
+                          setup=_trtllm_pages, headers={"server": "uvicorn"}, owned_by="tensorrt_llm"))  # fmt: skip
 TRITON = register(Dialect(name="triton", summary="Triton Inference Server with the TensorRT-LLM backend",
                           setup=_triton_pages, owned_by="triton"))  # fmt: skip
