@@ -52,6 +52,28 @@ def test_real_long_prompt_record_queues_with_room_and_names_guaranteed_no_evict(
     assert any("GUARANTEED_NO_EVICT" in a for a in signals.anomalies)
 
 
+def test_guaranteed_no_evict_queueing_is_memory_not_a_batch_cap():
+    """Issue #3376's record: 7 queued beside 1 of 16 active, the token budget with room, nothing paused, 76 % of
+    blocks allocated. Under GUARANTEED_NO_EVICT that is KV reserved for whole sequences: MEM006 names memory, and
+    where SCH001 also fires (fast steps, KV gauge low) memory outranks it at the same severity."""
+    record = load("iteration-stats-executor-long-prompt.json")[0]
+    verdict = build_verdict(signals_from_iteration_records([record], window_seconds=2.0))
+    assert verdict.bottleneck.value == "memory" and verdict.findings[0].code == "MEM006"
+    numbers = {e.signal: e.value for e in verdict.findings[0].evidence}
+    assert numbers["queued_with_batch_room_ratio"] == 1.0
+    assert numbers["requests_waiting_avg"] == 7
+    assert numbers["kv_cache_usage_ratio"] == pytest.approx(5495 / 7240)
+    assert numbers["requests_running"] == 1 and numbers["max_active_requests"] == 16
+    # the same state over 20 decoding iterations: fast steps, so SCH001 fires too, and memory still leads
+    steps = [{**record, "iter": record["iter"] + i, "iterLatencyMS": 8.0,
+              "inflightBatchingStats": {**record["inflightBatchingStats"], "numGenRequests": 1, "numCtxTokens": 0}}
+             for i in range(20)]  # fmt: skip
+    verdict = build_verdict(signals_from_iteration_records(steps, window_seconds=2.0))
+    fired = {f.code: f.severity.value for f in verdict.findings}
+    assert fired["MEM006"] == fired["SCH001"] == "critical", fired
+    assert verdict.bottleneck.value == "memory" and verdict.findings[0].code == "MEM006"
+
+
 def test_saved_json_dump_is_analyzed_over_its_records_timestamps(tmp_path):
     records = load("iteration-stats-executor-long-prompt.json") + load("iteration-stats-trt-backend-1.0.0rc4.json")
     dump = tmp_path / "metrics.json"

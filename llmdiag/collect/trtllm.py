@@ -39,8 +39,9 @@ memory pressure shows as ``numPausedRequests`` > 0, which the memory rule MEM001
 ``GUARANTEED_NO_EVICT`` (TRT-LLM's default) admits a request only when blocks for its whole sequence can be
 reserved: it never pauses, so memory pressure shows as a queue while ``usedNumBlocks`` (blocks allocated so far, not
 the reservation) can sit well below ``maxNumBlocks``. With usage at ≥ 90 % the memory rule MEM003 (KV nearly full,
-requests waiting, no preemptions) names it; below that, ``queued_with_batch_room_ratio`` near 1 is the sign, and the
-collector adds a note naming the policy, since the records do not say which policy runs.
+requests waiting, no preemptions) names it; below that, ``queued_with_batch_room_ratio`` near 1 is the sign: the
+memory rule MEM006 reads it (so SCH001 does not lead with a batch cap that is not there), and the collector adds a
+note naming the policy, since the records do not say which policy runs.
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ DRAIN_HINT = (
 )
 # the share of iterations with an unexplained queue above which the GUARANTEED_NO_EVICT note is added
 RESERVED_KV_NOTE_SHARE = 0.5
+# signals this module makes from the records beyond the probe spec's names (rules may read them: MEM006)
+RECORD_SIGNALS = {"queued_with_batch_room_ratio": "derived", "iteration_records_missing_ratio": "derived",
+                  "iteration_seconds": "histogram", "kv_cache_blocks": "info", "kv_cache_block_size_tokens": "info"}
 
 
 Record = Mapping[str, Any]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from llmdiag.collect.canary import CANARY_SIGNALS
+from llmdiag.collect.trtllm import RECORD_SIGNALS as TRTLLM_RECORD_SIGNALS
 from llmdiag.engine.baseline import HISTORY_SIGNALS
 from llmdiag.engine.derived import REGISTRY
 from llmdiag.engine.evaluate import PLACEHOLDER_RE
@@ -39,7 +40,7 @@ def test_data_folders_hold_no_code(folder: str):
 def test_every_rule_input_is_a_known_signal_and_stat():
     kinds = {s.name: s.kind for probe in PROBES for s in load_probe(probe).signal}
     kinds |= {d.name: "derived" for d in REGISTRY} | dict.fromkeys(COLLECTOR_SIGNALS, "derived") | CANARY_SIGNALS
-    kinds |= HISTORY_SIGNALS | TRACE_SIGNALS | dict.fromkeys(FLEET_SIGNALS, "derived")
+    kinds |= HISTORY_SIGNALS | TRACE_SIGNALS | dict.fromkeys(FLEET_SIGNALS, "derived") | TRTLLM_RECORD_SIGNALS
     for rule in load_rules():
         for ref in rule.inputs():
             assert ref.signal in kinds, f"{rule.code} reads unknown signal {ref.signal}"
