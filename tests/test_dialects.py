@@ -24,6 +24,7 @@ from llmdiag.sim.dialects import dialect_names, get_dialect
 from llmdiag.sim.presets import get_preset
 from llmdiag.sim.server import ClosedLoopLoad, SimServer
 from tests.conftest import FIXTURES, run_cli
+from tests.httpserver import Reply, ScriptedServer
 
 SCAN_SECONDS = "5"
 WARMUP_SECONDS = 2.0
@@ -258,3 +259,22 @@ def test_analyze_server_override_and_unrecognised_dump(tmp_path):
     result = run_cli("analyze", *pages, "--server", "tgi", "--json", "--fail-on", "never")
     assert result.returncode == 0, result.stderr
     assert "--server tgi given" in json.loads(result.stdout)["coverage"]["probes"][0]["note"]
+
+
+def test_sglang_without_enable_metrics_says_which_flag():
+    """SGLang started without --enable-metrics: /metrics answers 404, /v1/models' owned_by names SGLang. One ERROR
+    line and one HINT line naming the flag, exit 2."""
+
+    def sglang_without_metrics(path: str, headers: dict[str, str]) -> Reply:
+        if path.startswith("/v1/models"):
+            body = {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "sglang"}]}
+            return Reply(body=json.dumps(body).encode(), content_type="application/json")
+        return Reply(status=404, body=b'{"detail":"Not Found"}', content_type="application/json")
+
+    with ScriptedServer(sglang_without_metrics) as server:
+        result = run_cli("scan", server.url, "--no-nvml", "--no-probe", "--duration", "2")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("ERROR:") and "HTTP 404" in lines[0] and "SGLang answers" in lines[0]
+    assert lines[1].startswith("HINT:") and "--enable-metrics" in lines[1]

@@ -20,6 +20,7 @@ from llmdiag.engine.schema import ProbeSpec
 from llmdiag.errors import (
     EmptyWindowError,
     ExpositionParseError,
+    HTTPStatusError,
     InputFileError,
     NotMetricsError,
     ProbeError,
@@ -39,6 +40,12 @@ DUMP_HINT = "give a saved vLLM /metrics page: curl -s http://HOST:PORT/metrics >
 
 
 DCGM_HINT = "is dcgm-exporter running there? its page is usually http://HOST:9400/metrics; or leave out --dcgm-url"
+# a server detected by its other endpoints whose metrics page answers 404: the option that turns the page on
+PAGE_OFF_HINTS = {
+    "sglang": "SGLang serves /metrics only when started with --enable-metrics: restart it with that flag "
+    "(or give --metrics-url where its metrics are)",
+    "llamacpp": "llama-server serves /metrics only when started with --metrics: restart it with that flag",
+}
 
 
 def check_server(spec: ProbeSpec, scrape: Scrape, where: str, hint: str | None = None) -> None:
@@ -171,6 +178,10 @@ def _read(source: Source, index: int, count: int) -> None:
         source.scrapes.append(scrape)
     except ProbeError as exc:
         if source.required and not source.scrapes:
+            page_off = PAGE_OFF_HINTS.get(source.spec.name)
+            if page_off and isinstance(exc, HTTPStatusError) and exc.status == 404:
+                exc.message = f"{exc.message}: {source.spec.server} answers, but without its metrics page"
+                exc.hint = page_off
             raise
         if not source.scrapes:
             source.dropped = f"{source.label}: {exc.message}" + (f" ({source.hint})" if source.hint else "")
