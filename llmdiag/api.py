@@ -336,3 +336,89 @@ def _judge_instances(result: PrometheusResult, settings: Settings | None) -> dic
         verdict.tool_version = __version__
         verdicts[key] = verdict
     return verdicts
+
+
+def _no_data(signals: SignalSet) -> str | None:
+    """Why Prometheus holds nothing to judge for this instance (it is up, but no server series), or None."""
+    for info in signals.sources:
+        if info.probe == "prometheus" and not info.ok:
+            return info.note or "no inference-server series in the window"
+    return None
+
+
+def fleet_from_prometheus(result: PrometheusResult, settings: Settings | None = None,
+                          selector: str | None = None) -> FleetReport:  # fmt: skip
+    """One Prometheus evaluation judged as a fleet: an instance without data is a row saying so (class unknown,
+    left out of the comparisons), never a healthy one."""
+    instances, errors = {}, {}
+    for key, signals in result.instances.items():
+        reason = _no_data(signals)
+        if reason is None:
+            instances[key] = signals
+        else:
+            errors[key] = reason
+    where = f"prometheus {result.prometheus_url}" + (f" {selector}" if selector else "")
+    report = fleet_from_signal_sets(instances, settings, source=where, window_seconds=result.window_seconds,
+                                    at_unix=result.end_unix, errors=errors)  # fmt: skip
+    report.queries, report.scrape_interval_seconds = result.queries, result.scrape_interval_seconds
+    report.notes += result.notes
+    return report
+
+
+def diagnose_prometheus_fleet(
+    source: PrometheusSource,
+    selector: str | None = None,
+    at_unix: float | None = None,
+    window_seconds: float | None = None,
+    settings: Settings | None = None,
+) -> FleetReport:
+    """Every instance of a Prometheus selector over [at - W, at], judged side by side as a direct multi-target scan
+    is: per-replica classes and numbers, class counts, imbalance (SCH008/SCH009), worst first."""
+    from llmdiag.collect.promql import collect_prometheus
+
+    return fleet_from_prometheus(collect_prometheus(source, selector, at_unix, window_seconds), settings, selector)
+
+
+def diagnose_prometheus_fleet_timeline(
+    source: PrometheusSource,
+    selector: str | None,
+    start_unix: float,
+    end_unix: float,
+    step_seconds: float | None = None,
+    settings: Settings | None = None,
+) -> FleetReport:
+    """The fleet over [start, end], one verdict per instance per step (over the step before it): the timeline's
+    transitions and the first replica to go (``llmdiag.engine.fleet.build_timeline``), and the replicas table at
+    the worst step (the most replicas in a bottleneck class; the latest such step on a tie). An instance without data
+    at a step is absent from that step (a gap), never healthy."""
+    from llmdiag.collect.promql import collect_prometheus_timeline
+    from llmdiag.engine.fleet import BAD_CLASSES, build_timeline
+    from llmdiag.model import FleetStep
+
+    steps = collect_prometheus_timeline(source, selector, start_unix, end_unix, step_seconds)
+    fleet_steps: list[FleetStep] = []
+    worst: tuple[tuple[int, int, float], PrometheusResult] | None = None
+    for t, result in steps:
+        verdicts = {key: v for key, v in _judge_instances(result, settings).items()
+                    if _no_data(result.instances[key]) is None}  # fmt: skip
+        fleet_steps.append(FleetStep(at_unix=t, classes={key: v.bottleneck for key, v in verdicts.items()}))
+        bad = sum(1 for v in verdicts.values() if v.bottleneck in BAD_CLASSES)
+        severity = sum((v.worst_severity().rank if v.worst_severity() else 0) for v in verdicts.values())
+        rank = (bad, severity, t)
+        if worst is None or rank >= worst[0]:
+            worst = (rank, result)
+    step = steps[0][1].window_seconds if steps else step_seconds
+    assert worst is not None  # collect_prometheus_timeline gives at least one step or raises
+    report = fleet_from_prometheus(worst[1], settings, selector)
+    report.timeline = build_timeline(fleet_steps, step)
+    report.notes.insert(0, f"a timeline of {len(steps)} steps of {step:g} s; the replicas table shows the step ending "
+                        f"at {_utc(worst[1].end_unix)}, the worst (most replicas in a bottleneck class)")  # fmt: skip
+    return report
+
+
+def _utc(unix: float | None) -> str:
+    from datetime import datetime, timezone
+
+    if unix is None:
+        return "?"
+    return datetime.fromtimestamp(unix, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")

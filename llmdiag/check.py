@@ -24,10 +24,11 @@ from llmdiag import __version__
 from llmdiag.api import diagnose
 from llmdiag.collect import TelemetryOptions
 from llmdiag.collect.http import API_KEY_ENV, Connection, redact_url
+from llmdiag.collect.promql import PrometheusSource
 from llmdiag.config import Settings, Target
 from llmdiag.errors import ConfigError, LlmdiagError
 from llmdiag.history import CheckRow, History
-from llmdiag.model import Bottleneck, Category, Severity, Verdict
+from llmdiag.model import Bottleneck, Category, FleetFinding, Severity, Verdict
 from llmdiag.runner import run_bounded
 
 
@@ -79,6 +80,11 @@ class CheckReport(BaseModel):
     history: str | None = None  # the database path, None with --no-history
     # outputs that failed (textfile, pushgateway, history): each is also an UNKNOWN in the state
     output_errors: list[str] = Field(default_factory=list)
+    # `check --prometheus`: where the instances were read, and the fleet rules that fired (SCH008, SCH009), which
+    # count in the state like a target's findings; fleet_signals: the compared ratios, for perfdata
+    source: str = ""
+    fleet_findings: list[FleetFinding] = Field(default_factory=list)
+    fleet_signals: dict[str, float | None] = Field(default_factory=dict)
 
 
 def connection_for(target: Target, max_metrics_bytes: int | None = None) -> Connection:
@@ -201,6 +207,68 @@ def run_check(
         at_unix=now,
         targets=results,
         history=str(history.path) if history is not None else None,
+    )
+    if history is not None:
+        try:
+            history.record([history_row(r, now) for r in results])
+        except LlmdiagError as error:
+            report.output_errors.append(f"history not written: {error.message}")
+            report.state = worst([report.state, State.UNKNOWN])
+    return report
+
+
+def run_prometheus_check(
+    source: PrometheusSource,
+    selector: str | None,
+    settings: Settings,
+    window_seconds: float | None = None,
+    history: History | None = None,
+    clock: Callable[[], float] = time.time,
+) -> CheckReport:
+    """`check --prometheus`: every instance of the selector over the last window, read from PromQL, one target
+    each (named by its instance key, which is also its history key), plus the fleet rules across them.
+
+    An instance Prometheus lists but holds no server data for is UNKNOWN with the reason; the fleet rules'
+    findings count like a target's (critical → CRITICAL). Prometheus unreachable or refusing raises, and the CLI
+    makes that UNKNOWN."""
+    from llmdiag.api import fleet_from_prometheus
+    from llmdiag.collect.promql import collect_prometheus
+    from llmdiag.engine.baseline import add_baseline_signals
+
+    now = clock()
+    result = collect_prometheus(source, selector, now, window_seconds)
+    muted = [f"{m.code.upper()}: {m.reason}" for m in settings.mute]
+    baselines: dict[str, str] = {}
+    if history is not None:
+        for key, signals in result.instances.items():
+            baseline = history.baseline(key, settings.check.baseline_days, settings.check.baseline_min_checks,
+                                        now=now)  # fmt: skip
+            add_baseline_signals(signals, baseline)
+            baselines[key] = baseline.describe()
+    fleet = fleet_from_prometheus(result, settings, selector)
+    results = []
+    for target in sorted(fleet.targets, key=lambda t: t.name):
+        if target.verdict is None:
+            results.append(TargetResult(name=target.name, url=target.name, state=State.UNKNOWN, error=target.error,
+                                        hint="check that this instance serves its metrics and that Prometheus "
+                                        "scrapes it (its 'up' series and /targets page)", muted=muted))  # fmt: skip
+            continue
+        verdict = target.verdict
+        verdict.target = f"{target.name} ({source.display_url})"
+        results.append(TargetResult(name=target.name, url=target.name, state=state_of(verdict), verdict=verdict,
+                                    baseline=baselines.get(target.name, "baseline: none (--no-history)"),
+                                    muted=muted))  # fmt: skip
+    fleet_states = [State.CRITICAL if f.finding.severity is Severity.critical else State.WARNING
+                    for f in fleet.imbalance]  # fmt: skip
+    report = CheckReport(
+        state=worst([r.state for r in results] + fleet_states),
+        at_unix=now,
+        targets=results,
+        history=str(history.path) if history is not None else None,
+        source=f"{fleet.source} ({result.queries} queries, window {result.window_seconds:g} s)",
+        fleet_findings=fleet.imbalance,
+        fleet_signals={name: signal.stat("value") for name, signal in fleet.fleet_signals.items()
+                       if name.endswith("_over_peers_ratio")},  # fmt: skip
     )
     if history is not None:
         try:

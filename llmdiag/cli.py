@@ -318,7 +318,10 @@ def scan(
         scan_prometheus(
             PrometheusOptions(prometheus, selector, at, since, time_from, time_to, step, prometheus_token_env,
                               prometheus_token_file, prometheus_user, prometheus_password_env, prometheus_ca),
-            header, timeout, insecure, as_json, verbose, fail_on or FailOn.critical, config,
+            header, timeout, insecure, as_json, verbose, fail_on or FailOn.critical, config, html,
+            unsupported={"URL": " ".join(urls or []) or None, "--targets": targets_file, "--markdown": markdown or None,
+                         "--metrics-url": metrics_url, "--dcgm-url": dcgm_url, "--trace": trace,
+                         "--verbose": verbose or None},
         )  # fmt: skip
     if urls and len(urls) > 1 or targets_file is not None:
         scan_fleet(
@@ -442,13 +445,21 @@ class PrometheusOptions:
 
 def scan_prometheus(
     opts: PrometheusOptions, header: list[str] | None, timeout: float, insecure: bool, as_json: bool, verbose: bool,
-    fail_on: FailOn, config: Path | None,
+    fail_on: FailOn, config: Path | None, html: Path | None = None, unsupported: dict[str, object] | None = None,
 ) -> NoReturn:  # fmt: skip
-    """`scan --prometheus URL`: every instance of the selector judged from PromQL, or a timeline with --step."""
-    from llmdiag.api import diagnose_prometheus, diagnose_prometheus_timeline
+    """`scan --prometheus URL`: every instance of the selector judged from PromQL as a fleet (the same view as a
+    multi-target scan), or with --step a fleet timeline. Exit as for a fleet scan: by the worst finding shown (the
+    worst step's, for a timeline) against --fail-on; 2 when Prometheus cannot be read or the arguments are wrong."""
+    from llmdiag.api import diagnose_prometheus_fleet, diagnose_prometheus_fleet_timeline
     from llmdiag.collect.promql import PrometheusSource, parse_duration, parse_time
+    from llmdiag.render.fleet import render_fleet
 
     try:
+        given = [name for name, value in (unsupported or {}).items() if value]
+        if given:
+            raise UsageError(f"{', '.join(given)} cannot go with --prometheus, which reads every server from "
+                             "Prometheus", "narrow the servers with --selector '{job=\"vllm\"}', or scan URLs "
+                             "without --prometheus")  # fmt: skip
         settings = load_settings(config)
         source = PrometheusSource.from_options(
             opts.url, header, opts.token_env, opts.token_file, opts.user, opts.password_env, opts.ca, insecure,
@@ -471,66 +482,25 @@ def scan_prometheus(
             if start is None or end is None:
                 raise UsageError("--step draws a timeline over a range", "give --since 1h or --from T1 --to T2")
             step = None if opts.step == "auto" else parse_duration(opts.step, "--step")
-            timeline = diagnose_prometheus_timeline(source, opts.selector, start, end, step, settings)
-            emit_prometheus_timeline(timeline, as_json)
-            raise typer.Exit(EXIT_OK)
-        at_unix = parse_time(opts.at, "--at", now) if opts.at else end
-        window = (end - start) if start is not None and end is not None else None
-        verdicts, result = diagnose_prometheus(source, opts.selector, at_unix, window, settings)
+            report = diagnose_prometheus_fleet_timeline(source, opts.selector, start, end, step, settings)
+        else:
+            at_unix = parse_time(opts.at, "--at", now) if opts.at else end
+            window = (end - start) if start is not None and end is not None else None
+            report = diagnose_prometheus_fleet(source, opts.selector, at_unix, window, settings)
+        if html is not None:
+            write_html(html, report, quiet=as_json)
     except LlmdiagError as error:
         fail(error)
-    emit_prometheus(verdicts, result, as_json, verbose)
-    codes = [exit_code(v, fail_on) for v in verdicts.values()]
-    raise typer.Exit(max(codes, default=EXIT_OK))
-
-
-def emit_prometheus(verdicts: dict[str, Verdict], result, as_json: bool, verbose: bool) -> None:
-    """Each instance's verdict, one after another (the fleet view replaces this), with what the queries cost."""
-    import json
-
     if as_json:
-        doc = {
-            "schema_version": "1", "prometheus": result.prometheus_url, "queries": result.queries,
-            "scrape_interval_seconds": result.scrape_interval_seconds, "window_seconds": result.window_seconds,
-            "end_unix": result.end_unix, "notes": result.notes,
-            "instances": {k: json.loads(render_json(v)) for k, v in verdicts.items()},
-        }  # fmt: skip
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-        return
-    for key, verdict in verdicts.items():
-        stdout.rule(escape(key))
-        stdout.print(render_terminal(verdict, verbose=verbose))
-    stdout.print(f"[dim]{len(verdicts)} instance(s) from {escape(result.prometheus_url)}: {result.queries} "
-                 f"queries, window {result.window_seconds:g} s, scrape every {result.scrape_interval_seconds:g} s[/]")
-    for note in result.notes:
-        stderr.print(f"[yellow]NOTE:[/] {escape(note)}")
-
-
-def emit_prometheus_timeline(timeline, as_json: bool) -> None:
-    """One line per step: each instance's class (the fleet timeline rendering replaces this)."""
-    import json
-    from datetime import datetime
-
-    keys = sorted({k for _, verdicts, _ in timeline for k in verdicts})
-    if as_json:
-        doc = {
-            "schema_version": "1",
-            "queries": timeline[0][2].queries if timeline else 0,
-            "step_seconds": timeline[0][2].window_seconds if timeline else None,
-            "steps": [{"end_unix": t, "classes": {k: v.bottleneck.value for k, v in verdicts.items()}}
-                      for t, verdicts, _ in timeline],
-        }  # fmt: skip
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-        return
-    stdout.print("time      " + "  ".join(f"{escape(k):<24}" for k in keys))
-    for t, verdicts, _ in timeline:
-        cells = "  ".join(f"{(verdicts[k].bottleneck.value if k in verdicts else '-'):<24}" for k in keys)
-        stdout.print(f"{datetime.fromtimestamp(t).strftime('%H:%M:%S')}  {cells}")
-    if timeline:
-        result = timeline[0][2]
-        stdout.print(f"[dim]{len(timeline)} steps of {result.window_seconds:g} s, {result.queries} queries[/]")
-        for note in result.notes:
-            stderr.print(f"[yellow]NOTE:[/] {escape(note)}")
+        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    else:
+        stdout.print(render_fleet(report))
+    if report.probed() == 0:
+        fail(UsageError(f"Prometheus holds no inference-server data for any of the {len(report.targets)} "
+                        "instance(s) in this range", "see each row's reason; check --selector and the time range"))
+    worst = report.worst_severity()
+    failing = fail_on is not FailOn.never and worst is not None and worst.rank >= Severity(fail_on.value).rank
+    raise typer.Exit(EXIT_FINDINGS if failing else EXIT_OK)
 
 
 def load_nvml_replay(path: Path):
@@ -1098,11 +1068,42 @@ def check(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the check report as JSON instead.")] = False,
     config: ConfigOpt = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option("--prometheus", help="Check every server this Prometheus (or Mimir/Thanos) holds under "
+                     "--selector, over its last minute (or --duration), plus the fleet rules across them: one "
+                     "target per instance.", rich_help_panel="Prometheus"),
+    ] = None,
+    selector: Annotated[
+        str | None,
+        typer.Option("--selector", help="With --prometheus: a label matcher list, e.g. '{job=\"vllm\"}'.",
+                     rich_help_panel="Prometheus"),
+    ] = None,
+    prometheus_token_env: Annotated[
+        str | None, typer.Option("--prometheus-token-env", help="Bearer token for Prometheus from this environment "
+                                 "variable.", rich_help_panel="Prometheus"),
+    ] = None,
+    prometheus_token_file: Annotated[
+        Path | None, typer.Option("--prometheus-token-file", help="Bearer token for Prometheus from this file.",
+                                  rich_help_panel="Prometheus"),
+    ] = None,
+    prometheus_user: Annotated[
+        str | None, typer.Option("--prometheus-user", help="Basic-auth user for Prometheus (with "
+                                 "--prometheus-password-env).", rich_help_panel="Prometheus"),
+    ] = None,
+    prometheus_password_env: Annotated[
+        str | None, typer.Option("--prometheus-password-env", help="Basic-auth password from this environment "
+                                 "variable.", rich_help_panel="Prometheus"),
+    ] = None,
+    prometheus_ca: Annotated[
+        Path | None, typer.Option("--prometheus-ca", help="CA bundle (PEM) for Prometheus's TLS certificate.",
+                                  rich_help_panel="Prometheus"),
+    ] = None,
 ) -> None:
     """Health check for cron and monitoring, Nagios style: one status line with perfdata, exit 0/1/2/3."""
     import socket
 
-    from llmdiag.check import CheckReport, State, run_check
+    from llmdiag.check import CheckReport, State, run_check, run_prometheus_check
     from llmdiag.history import History, default_history_path
     from llmdiag.render.nagios import render_nagios
     from llmdiag.render.textfile import push, write_textfile
@@ -1110,7 +1111,20 @@ def check(
     try:
         settings = load_settings(config)
         connections: dict[str, Connection] = {}
-        if urls:
+        source = None
+        if prometheus is not None:
+            given = [n for n, v in (("URL", urls), ("--target", target), ("--metrics-url", metrics_url),
+                                    ("--dcgm-url", dcgm_url)) if v]  # fmt: skip
+            if given:
+                raise UsageError(f"{', '.join(given)} cannot go with --prometheus, which reads every server from "
+                                 "Prometheus", "narrow the servers with --selector '{job=\"vllm\"}'")  # fmt: skip
+            from llmdiag.collect.promql import PrometheusSource
+
+            source = PrometheusSource.from_options(
+                prometheus, header, prometheus_token_env, prometheus_token_file, prometheus_user,
+                prometheus_password_env, prometheus_ca, insecure, timeout_seconds=max(timeout, 30.0),
+            )  # fmt: skip
+        elif urls:
             if target:
                 raise UsageError("--target names a config target; with URLs on the command line it has no meaning",
                                  "give URLs, or --target NAME for the [[targets]] of llmdiag.toml")  # fmt: skip
@@ -1138,8 +1152,11 @@ def check(
         store = None
         if not no_history:
             store = History.open(history or settings.check.history or default_history_path())
-        report: CheckReport = run_check(targets, settings, duration or settings.check.window_seconds, store,
-                                        connections=connections)  # fmt: skip
+        if source is not None:
+            report: CheckReport = run_prometheus_check(source, selector, settings, duration, store)
+        else:
+            report = run_check(targets, settings, duration or settings.check.window_seconds, store,
+                               connections=connections)  # fmt: skip
     except LlmdiagError as error:
         check_unknown(error.message, error.hint)
     if textfile is not None:

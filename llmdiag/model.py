@@ -439,6 +439,9 @@ class FleetReport(BaseModel):
     fleet_rules: list[RuleOutcome] = Field(default_factory=list)
     timeline: FleetTimeline | None = None
     notes: list[str] = Field(default_factory=list)
+    # read through Prometheus: the HTTP requests to its query API (all steps of a timeline), its scrape interval
+    queries: int | None = None
+    scrape_interval_seconds: float | None = None
 
     def worst_severity(self) -> Severity | None:
         found = [t.worst_severity for t in self.targets if t.worst_severity is not None]

@@ -9,6 +9,7 @@ empty answers, Mimir's series limit and an auth wall. The timeline test switches
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -52,14 +53,16 @@ class Fleet:
         self.loads: dict[str, ClosedLoopLoad] = {}
         self.prom: prometheus_server.PrometheusServer | None = None
         self.limited: prometheus_server.PrometheusServer | None = None
+        self.presets = dict(PRESETS)  # each pod's preset now (the timeline test switches some)
 
-    def load(self, pod: str, preset: str) -> None:
+    def load(self, pod: str, preset: str, users: int | None = None) -> None:
         old = self.loads.pop(pod, None)
         if old is not None:
             old.stop()
+        self.presets[pod] = preset
         spec = get_preset(preset).load
         if preset == "healthy":  # healthy with fewer users: the same class, less CPU on a shared 2-core machine
-            spec = type(spec)(users=8, prompt_tokens=spec.prompt_tokens, output_tokens=spec.output_tokens,
+            spec = type(spec)(users=users or 8, prompt_tokens=spec.prompt_tokens, output_tokens=spec.output_tokens,
                               output_spread=spec.output_spread)  # fmt: skip
         sim = self.sims[pod]
         self.loads[pod] = ClosedLoopLoad(sim.url, sim.model, spec, max_seconds=600)
@@ -107,15 +110,41 @@ def scan(*args: str, env: dict[str, str] | None = None):
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def instances(doc: dict) -> dict[str, dict]:
+    """The fleet JSON's replicas by name: each with its verdict (None: no data, with the error)."""
+    return {t["name"]: t for t in doc["targets"]}
+
+
 def test_each_instance_gets_its_class_and_evidence(fleet: Fleet) -> None:
     result, doc = scan("--prometheus", fleet.prom.url, "--selector", '{job="vllm"}', "--since", "12s")
     assert doc is not None, result.stderr
-    classes = {k: v["bottleneck"] for k, v in doc["instances"].items()}
+    assert doc["kind"] == "fleet" and result.returncode == 1  # the memory replica is critical
+    rows = instances(doc)
+    classes = {k: v["bottleneck"] for k, v in rows.items()}
     assert classes == {"llm/sim-0": "healthy", "llm/sim-1": "healthy", "llm/sim-2": "healthy",
                        "llm/sim-3": "memory", f"llm/{DEAD}": "unknown"}, classes  # fmt: skip
+    assert doc["class_counts"] == {"memory": 1, "healthy": 3, "unknown": 1}
     assert doc["scrape_interval_seconds"] == 1.0
     assert doc["window_seconds"] == 12.0
-    memory = doc["instances"]["llm/sim-3"]
+    assert doc["queries"] > 0
+    # worst first: the memory replica (critical, named by SCH009), the healthy ones, the one without data
+    assert doc["targets"][0]["name"] == "llm/sim-3" and doc["targets"][0]["state"] == "CRITICAL"
+    found = {f["finding"]["code"]: f for f in doc["imbalance"]}
+    assert set(found) == {"SCH009"}, {k: v["finding"]["summary"] for k, v in found.items()}
+    worse = found["SCH009"]
+    assert worse["replica"] == "llm/sim-3" and rows["llm/sim-3"]["flagged_by"] == ["SCH009"]
+    ttft = worse["values"]
+    assert set(ttft) == {"llm/sim-0", "llm/sim-1", "llm/sim-2", "llm/sim-3"}  # the one without data is left out
+    peers = sorted(v for k, v in ttft.items() if k != "llm/sim-3")
+    assert worse["finding"]["evidence"][0]["value"] == pytest.approx(ttft["llm/sim-3"] / peers[1], rel=1e-3)
+    assert worse["finding"]["evidence"][0]["value"] >= 10 and worse["finding"]["severity"] == "critical"
+    rules = {o["code"]: o["status"] for o in doc["fleet_rules"]}
+    assert rules == {"SCH008": "passed", "SCH009": "fired"}, rules
+    assert doc["fleet_signals"]["fleet_replicas_judged"]["stats"]["value"] == 4.0
+    print(f"SCH009: {worse['finding']['summary']}; TTFT p90 per replica {ttft}")
+    mem_numbers = rows["llm/sim-3"]["numbers"]
+    assert mem_numbers["kv_cache_usage_max_ratio"] > 0.9 and mem_numbers["requests_waiting_mean"] > 1
+    memory = rows["llm/sim-3"]["verdict"]
     codes = {f["code"] for f in memory["findings"]}
     assert {"MEM001"} <= codes, codes
     evidence = [ev for f in memory["findings"] for ev in f["evidence"]]
@@ -124,8 +153,17 @@ def test_each_instance_gets_its_class_and_evidence(fleet: Fleet) -> None:
     assert kv_ev["source"].startswith("prometheus: last_over_time(vllm:kv_cache_usage_perc{job=\"vllm\"}[1s])")
     assert kv_ev["verify"].startswith("curl -s") and "query_range" in kv_ev["verify"]
     assert kv_ev["window_seconds"] == 12.0
-    dead = doc["instances"][f"llm/{DEAD}"]
-    assert "no inference-server series" in json.dumps(dead["coverage"])
+    dead = rows[f"llm/{DEAD}"]
+    assert dead["verdict"] is None and dead["state"] == "UNKNOWN" and "no inference-server series" in dead["error"]
+    # the terminal view: the same table as a direct fleet scan
+    text = run_cli("scan", "--prometheus", fleet.prom.url, "--selector", '{job="vllm"}', "--since", "12s")
+    assert text.returncode == 1, text.stderr
+    lines = text.stdout.splitlines()
+    assert "5 replicas:" in text.stdout and "PromQL queries, scrape every 1 s" in text.stdout
+    assert next(i for i, line in enumerate(lines) if line.startswith("llm/sim-3")) < next(
+        i for i, line in enumerate(lines) if line.startswith("llm/sim-0"))
+    assert "flagged by SCH009" in next(line for line in lines if line.startswith("llm/sim-3"))
+    assert "TTFT p90 (seconds) per replica: llm/sim-3" in text.stdout
 
 
 def test_signals_match_the_simulators_own_numbers(fleet: Fleet) -> None:
@@ -169,30 +207,122 @@ def test_query_count_does_not_grow_with_the_fleet(fleet: Fleet) -> None:
     print(f"queries by instance count: {counts}")
 
 
-def test_timeline_shows_the_preset_switch_within_one_step(fleet: Fleet) -> None:
-    sim = fleet.sims["sim-0"]
-    switched = time.time()
-    sim.switch_preset("memory")
-    fleet.load("sim-0", "memory")
-    assert sim.snapshot()["num_gpu_blocks"] == SimServer("memory").config.engine.num_gpu_blocks
-    time.sleep(14)
-    step = 4
-    result, doc = scan("--prometheus", fleet.prom.url, "--selector", '{job="vllm",pod="sim-0"}', "--from",
-                       f"{switched - 12:.3f}", "--to", f"{switched + 12:.3f}", "--step", f"{step}s")  # fmt: skip
+def test_check_through_prometheus_is_a_fleet_health_check(fleet: Fleet) -> None:
+    def check(*args: str):
+        result = run_cli("check", "--prometheus", *args, "--no-history")
+        return result, result.stdout.splitlines()[0] if result.stdout else ""
+
+    healthy = '{job="vllm",pod=~"sim-[012]"}'
+    result, first = check(fleet.prom.url, "--selector", healthy, "--duration", "12")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert first.startswith("LLMDIAG OK - 3 targets: llm/sim-0 OK healthy, llm/sim-1 OK healthy, llm/sim-2 OK"), first
+    perf = first.split(" | ", 1)[1].split()
+    for pod in ("sim-0", "sim-1", "sim-2"):  # per-target perfdata, prefixed with the instance
+        assert any(p.startswith(f"llm/{pod}_kv_cache_usage_ratio=") for p in perf), perf
+    assert "fleet_replica_request_rate_max_over_peers_ratio=" in first and ";1.5;2.5;0" in first
+    # one memory replica: CRITICAL, named, with the fleet rule that flags it
+    result, first = check(fleet.prom.url, "--selector", '{job="vllm",pod=~"sim-[0123]"}', "--duration", "12")
+    assert result.returncode == 2, result.stdout
+    assert first.startswith("LLMDIAG CRITICAL - 4 targets:") and "llm/sim-3 CRITICAL memory (MEM001)" in first
+    assert "fleet: SCH009 llm/sim-3" in first
+    assert "fleet CRITICAL SCH009 replica-worse-than-peers: llm/sim-3:" in result.stdout
+    # an instance Prometheus lists without data: UNKNOWN, named
+    result, first = check(fleet.prom.url, "--selector", f'{{job="vllm",pod=~"sim-[01]|{DEAD}"}}', "--duration", "12")
+    assert result.returncode == 3, result.stdout
+    assert f"llm/{DEAD} UNKNOWN no data" in first and "llm/sim-0 OK healthy" in first
+    # Prometheus unreachable: UNKNOWN, one status line, ERROR/HINT on stderr
+    result, first = check(f"http://127.0.0.1:{_closed_port()}")
+    assert result.returncode == 3 and first.startswith("LLMDIAG UNKNOWN - cannot connect to Prometheus")
+    assert result.stderr.startswith("ERROR: cannot connect") and "HINT:" in result.stderr
+    print(f"check --prometheus: 0 healthy, 2 memory, 3 no data, 3 unreachable; {first}")
+
+
+def test_an_unbalanced_router_is_sch008_with_the_request_rates(fleet: Fleet) -> None:
+    try:
+        fleet.load("sim-1", "healthy", users=24)
+        fleet.load("sim-0", "healthy", users=3)
+        fleet.load("sim-2", "healthy", users=3)
+        time.sleep(9)
+        result, doc = scan("--prometheus", fleet.prom.url, "--selector", '{job="vllm",pod=~"sim-[012]"}',
+                           "--since", "6s")  # fmt: skip
+    finally:
+        for pod in ("sim-0", "sim-1", "sim-2"):
+            fleet.load(pod, "healthy")
     assert doc is not None, result.stderr
-    classes = [(s["end_unix"], s["classes"]["llm/sim-0"]) for s in doc["steps"]]
-    assert len(classes) == 6, classes
-    before = [c for t, c in classes if t <= switched]
-    after = [c for t, c in classes if t > switched + step]
-    assert before and set(before) == {"healthy"}, classes
-    assert after and set(after) == {"memory"}, classes
-    first_memory = next(t for t, c in classes if c == "memory")
-    # the step that holds the switch, or (when the switch falls at its very end) the next one
-    assert switched < first_memory <= switched + 2 * step, (switched, classes)
-    print(f"switched at {switched:.1f}; steps (end, class): {classes}; {doc['queries']} queries")
-    # range queries: as many for one step as for six
-    one = collect_prometheus_timeline(PrometheusSource(fleet.prom.url), '{job="vllm",pod="sim-0"}', switched - 4,
-                                      switched, step)  # fmt: skip
+    rows = instances(doc)
+    assert {k: v["bottleneck"] for k, v in rows.items()} == dict.fromkeys(("llm/sim-0", "llm/sim-1", "llm/sim-2"),
+                                                                           "healthy")  # fmt: skip
+    found = {f["finding"]["code"]: f for f in doc["imbalance"]}
+    assert "SCH008" in found, doc["fleet_rules"]
+    router = found["SCH008"]
+    rates = router["values"]
+    assert router["replica"] == "llm/sim-1" and rows["llm/sim-1"]["flagged_by"][0] == "SCH008"
+    assert rates["llm/sim-1"] == rows["llm/sim-1"]["numbers"]["request_rate_per_second"]
+    expected = rates["llm/sim-1"] / max(rates["llm/sim-0"], rates["llm/sim-2"])  # upper median of two peers
+    evidence = router["finding"]["evidence"][0]
+    assert evidence["signal"] == "replica_request_rate_max_over_peers_ratio"
+    assert evidence["value"] == pytest.approx(expected, rel=1e-3) and evidence["value"] >= 2.5
+    assert router["finding"]["severity"] == "critical" and doc["targets"][0]["name"] == "llm/sim-1"
+    print(f"SCH008: {router['finding']['summary']}; finished requests/s {rates}")
+
+
+def test_timeline_shows_the_preset_switch_within_one_step(fleet: Fleet, tmp_path) -> None:
+    """sim-0 goes memory-bound first, sim-1 two steps later: the timeline names sim-0 first, each transition within
+    one step of its switch, and the fleet's majority turning memory-bound."""
+    step = 4
+    switched: dict[str, float] = {}
+    for pod in ("sim-0", "sim-1"):
+        if switched:
+            time.sleep(2 * step)
+        switched[pod] = time.time()
+        fleet.sims[pod].switch_preset("memory")
+        fleet.load(pod, "memory")
+    assert fleet.sims["sim-0"].snapshot()["num_gpu_blocks"] == SimServer("memory").config.engine.num_gpu_blocks
+    time.sleep(14)
+    html = tmp_path / "timeline.html"
+    span = ("--from", f"{switched['sim-0'] - 12:.3f}", "--to", f"{switched['sim-1'] + 12:.3f}", "--step", f"{step}s")
+    result, doc = scan("--prometheus", fleet.prom.url, "--selector", '{job="vllm"}', *span, "--html", str(html))
+    assert doc is not None, result.stderr
+    timeline = doc["timeline"]
+    assert timeline["step_seconds"] == step and len(timeline["steps"]) == 8, timeline["steps"]
+    for pod, at in switched.items():
+        classes = [(s["at_unix"], s["classes"][f"llm/{pod}"]) for s in timeline["steps"]]
+        assert {c for t, c in classes if t <= at} == {"healthy"}, (pod, at, classes)
+        assert {c for t, c in classes if t > at + step} == {"memory"}, (pod, at, classes)
+        [went] = [t for t in timeline["transitions"] if t["replica"] == f"llm/{pod}"]
+        assert (went["from_class"], went["to_class"]) == ("healthy", "memory")
+        # the step that holds the switch, or (when the switch falls at its very end) the next one
+        assert went["previous_at_unix"] <= at + step and at < went["at_unix"] <= at + 2 * step, (pod, at, went)
+        print(f"{pod} switched at {at:.1f}; transition in the step ending {went['at_unix']:.1f} "
+              f"(+{went['at_unix'] - at:.1f} s)")
+    assert timeline["first_to_go"] == ["llm/sim-0"] and timeline["first_to_go_class"] == "memory"
+    # sim-3 was memory-bound throughout: not a transition; the dead target has no data: a gap, never a class
+    assert all(t["replica"] not in ("llm/sim-3", f"llm/{DEAD}") for t in timeline["transitions"])
+    assert all(f"llm/{DEAD}" not in s["classes"] for s in timeline["steps"])
+    [fleet_went] = timeline["fleet_transitions"]
+    assert (fleet_went["from_class"], fleet_went["to_class"]) == ("healthy", "memory")
+    assert switched["sim-0"] < fleet_went["at_unix"] <= switched["sim-0"] + 2 * step
+    # the replicas table is the worst step's: three memory-bound replicas
+    assert doc["class_counts"] == {"memory": 3, "healthy": 1, "unknown": 1}, doc["class_counts"]
+    print(f"{doc['queries']} queries; {doc['notes'][0]}")
+    # the HTML heat strip: one row per replica, one cell per step, coloured by class; no data is grey, not healthy
+    page = html.read_text()
+    rows = dict(re.findall(r'<div class="heat-row" role="row" data-replica="([^"]+)">(.*?)</div>', page, re.S))
+    cells = {name: re.findall(r'data-class="([a-z]+)"', row) for name, row in rows.items()}
+    assert cells["llm/sim-0"][0] == "healthy" and cells["llm/sim-0"][-1] == "memory" and len(cells["llm/sim-0"]) == 8
+    assert set(cells["llm/sim-3"]) == {"memory"} and set(cells[f"llm/{DEAD}"]) == {"none"}
+    assert cells["llm/sim-1"].index("memory") > cells["llm/sim-0"].index("memory")
+    # the terminal: the strip, the first to go and the fleet's transition
+    text = run_cli("scan", "--prometheus", fleet.prom.url, "--selector", '{job="vllm"}', *span)
+    assert text.returncode == 1, text.stderr
+    assert "first to go: llm/sim-0 → memory at" in text.stdout and "the fleet: healthy → memory" in text.stdout
+    strip = {line.split()[0]: line.split()[1] for line in text.stdout.splitlines()
+             if line.startswith("  llm/sim-") and len(line.split()) == 2}  # fmt: skip
+    assert strip["llm/sim-3"] == "M" * 8 and strip["llm/sim-0"].startswith("h") and strip["llm/sim-0"].endswith("M")
+    print(text.stdout)
+    # range queries: as many for one step as for eight
+    one = collect_prometheus_timeline(PrometheusSource(fleet.prom.url), '{job="vllm"}', switched["sim-0"] - 4,
+                                      switched["sim-0"], step)  # fmt: skip
     assert len(one) == 1 and one[0][1].queries == doc["queries"]
 
 
@@ -204,8 +334,8 @@ def test_query_limits_give_unknown_with_the_reason(fleet: Fleet) -> None:
     result, doc = scan("--prometheus", fleet.limited.url, "--selector", '{job="vllm"}', "--since", "12s")
     assert doc is not None, result.stderr
     assert "too many samples" in " ".join(doc["notes"])
-    for key, verdict in doc["instances"].items():
-        assert verdict["bottleneck"] != "healthy", key
+    for key, row in instances(doc).items():
+        assert row["bottleneck"] != "healthy", key
 
 
 class Proxy:
@@ -296,10 +426,12 @@ def test_series_limits_and_empty_answers_are_unknown_never_healthy(fleet: Fleet)
         finally:
             proxy.close()
         assert doc is not None, result.stderr
-        for key, verdict in doc["instances"].items():
-            if rule is empty or key in ("llm/sim-1", "llm/sim-2", f"llm/{DEAD}"):
-                assert verdict["bottleneck"] == "unknown", (rule.__name__, key, verdict["bottleneck"])
-            assert verdict["bottleneck"] != "healthy"
+        # without TTFT histograms a healthy replica cannot be told apart: unknown (memory still shows in KV/preemptions)
+        still_healthy = [f"llm/{pod}" for pod, preset in fleet.presets.items() if preset == "healthy"]
+        for key, row in instances(doc).items():
+            if rule is empty or key in (*still_healthy, f"llm/{DEAD}"):
+                assert row["bottleneck"] == "unknown", (rule.__name__, key, row["bottleneck"])
+            assert row["bottleneck"] != "healthy"
         assert words in json.dumps(doc), rule.__name__
 
 
@@ -315,7 +447,7 @@ def test_auth_headers_and_secrets(fleet: Fleet) -> None:
                            "--prometheus-token-env", "PROM_TOKEN", "--header", "X-Scope-OrgID: team-a",
                            env={"PROM_TOKEN": SECRET})  # fmt: skip
         assert doc is not None, result.stderr
-        assert doc["instances"]["llm/sim-3"]["bottleneck"] == "memory"
+        assert instances(doc)["llm/sim-3"]["bottleneck"] == "memory"
         assert SECRET not in result.stdout + result.stderr
         assert "Bearer $PROM_TOKEN" in result.stdout  # the verify lines name the variable, not the value
         result, _ = scan("--prometheus", proxy.url, "--since", "12s", "--prometheus-token-env", "PROM_TOKEN",

@@ -87,8 +87,48 @@ def _imbalance(report: FleetReport) -> RenderableType:
     return Group(*parts)
 
 
-def render_timeline(timeline: FleetTimeline) -> RenderableType:
+# one letter per class in the terminal's strip (its colour is the class's); no data is a dim dot, never healthy
+CLASS_LETTER = {Bottleneck.memory: "M", Bottleneck.compute: "C", Bottleneck.scheduling: "S", Bottleneck.network: "N",
+                Bottleneck.healthy: "h", Bottleneck.idle: "i", Bottleneck.unknown: "?"}  # fmt: skip
+MAX_STRIP_COLUMNS = 72
+
+
+def _clock(unix: float, seconds: bool = False) -> str:
+    return datetime.fromtimestamp(unix, tz=timezone.utc).strftime("%H:%M:%S" if seconds else "%H:%M")
+
+
+def timeline_strip(timeline: FleetTimeline, order: list[str] | None = None) -> Text:
+    """One row per replica, one letter per step coloured by its class (longer timelines: every k-th step)."""
+    steps = timeline.steps[:: max(1, -(-len(timeline.steps) // MAX_STRIP_COLUMNS))]
+    names = sorted({n for s in steps for n in s.classes})
+    if order:
+        names = [n for n in order if n in names] + [n for n in names if n not in order]
+    out = Text()
+    if not steps or not names:
+        return out
+    width = max(len(n) for n in names)
+    short = steps[-1].at_unix - steps[0].at_unix < 3600
+    first, last = _clock(steps[0].at_unix, short), _clock(steps[-1].at_unix, short)
+    every = f", every {len(timeline.steps) // len(steps)} step(s)" if len(steps) < len(timeline.steps) else ""
+    out.append(f"  {'':{width}}  {first} … {last} UTC (one column per step{every})\n", style="dim")
+    for name in names:
+        out.append(f"  {name:{width}}  ")
+        for step in steps:
+            cls = step.classes.get(name)
+            if cls is None:
+                out.append("·", style="dim")
+            else:
+                out.append(CLASS_LETTER[cls], style=CLASS_STYLE[cls])
+        out.append("\n")
+    used = [b for b in Bottleneck if any(s.classes.get(n) is b for s in steps for n in names)]
+    legend = "  ".join(f"{CLASS_LETTER[b]} {b.value}" for b in used)
+    out.append(f"  {'':{width}}  {legend}  · no data\n", style="dim")
+    return out
+
+
+def render_timeline(timeline: FleetTimeline, order: list[str] | None = None) -> RenderableType:
     lines = Text()
+    lines.append_text(timeline_strip(timeline, order))
     if timeline.first_to_go:
         cls = timeline.first_to_go_class.value if timeline.first_to_go_class else "?"
         lines.append(f"  first to go: {', '.join(timeline.first_to_go)} → {cls} at "
@@ -108,6 +148,10 @@ def render_fleet(report: FleetReport) -> RenderableType:
     context = f"{report.source} · {when(report.at_unix)}"
     if report.window_seconds is not None:
         context += f" · window {report.window_seconds:g} s each"
+    if report.queries is not None:
+        context += f" · {report.queries} PromQL queries"
+        if report.scrape_interval_seconds is not None:
+            context += f", scrape every {report.scrape_interval_seconds:g} s"
     parts: list[RenderableType] = [Text(context, style="dim"), _counts(report), Text("")]
     parts.append(Text("Replicas, worst first", style="bold underline"))
     parts.append(_table(report))
@@ -115,7 +159,7 @@ def render_fleet(report: FleetReport) -> RenderableType:
     parts.append(_imbalance(report))
     if report.timeline is not None:
         parts.append(Text("Timeline", style="bold underline"))
-        parts.append(render_timeline(report.timeline))
+        parts.append(render_timeline(report.timeline, [t.name for t in report.targets]))
     if report.notes:
         parts.append(Text("Notes", style="bold underline"))
         parts.append(Text("".join(f"  - {n}\n" for n in report.notes), style="dim"))

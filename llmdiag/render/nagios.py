@@ -101,6 +101,19 @@ def perfdata(result: TargetResult, settings: Settings, prefix: str = "") -> list
     return items
 
 
+def fleet_perfdata(report: CheckReport, settings: Settings) -> list[str]:
+    """`check --prometheus`: the fleet's peer ratios (``fleet_<signal>``), with the fleet rules' thresholds."""
+    ladders = _ladders(settings)
+    items = []
+    for signal, value in sorted(report.fleet_signals.items()):
+        ladder = ladders.get((signal, "value"))
+        warn = _range(ladder[0], ladder[1]) if ladder else ""
+        crit = _range(ladder[0], ladder[2]) if ladder else ""
+        shown = number(value) if value is not None else "U"
+        items.append(re.sub(r";+$", "", f"{label_text('fleet_' + signal)}={shown};{warn};{crit};0"))
+    return items
+
+
 def _headline(result: TargetResult) -> str:
     if result.verdict is None:
         return f"cannot check {result.url}: {result.error}"
@@ -150,16 +163,23 @@ def render_nagios(report: CheckReport, settings: Settings) -> str:
         parts = []
         for r in results:
             if r.verdict is None:
-                parts.append(f"{r.name} {r.state.name} unreachable")
+                parts.append(f"{r.name} {r.state.name} {'no data' if report.source else 'unreachable'}")
             else:
                 code = f" ({r.verdict.findings[0].code})" if r.verdict.findings else ""
                 parts.append(f"{r.name} {r.state.name} {r.verdict.bottleneck.value}{code}")
         head = f"{len(results)} targets: " + ", ".join(parts)
         perf = [item for r in results for item in perfdata(r, settings, prefix=f"{r.name}_")]
+    if report.fleet_findings:
+        head += "; fleet: " + ", ".join(f"{f.finding.code} {f.replica}" for f in report.fleet_findings)
+    perf += fleet_perfdata(report, settings)
     first = f"LLMDIAG {report.state.name} - {clean(head)}"
     if perf:
         first += " | " + " ".join(perf)
-    long = [clean(line) for r in results for line in _details(r, several)]
+    long = [f"source: {clean(report.source)}"] if report.source else []
+    for item in report.fleet_findings:
+        f = item.finding
+        long.append(clean(f"fleet {f.severity.value.upper()} {f.code} {f.slug}: {f.summary}"))
+    long += [clean(line) for r in results for line in _details(r, several)]
     long += [f"UNKNOWN: {clean(e)}" for e in report.output_errors]
     return "\n".join([first, *long]) + "\n"
 
