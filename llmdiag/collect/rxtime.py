@@ -10,12 +10,14 @@ busy share one arrival time, as they would with a user-space stamp. Where the ke
 the option refused) the read is stamped with ``time.monotonic()`` when it returns, as before.
 
 Stamps are ``time.monotonic()`` seconds: the kernel's wall-clock stamp is moved onto the monotonic clock by the
-lag between the two wall-clock readings (the stamp and now), so a wall-clock step during a scan cannot skew it by
-more than ``MAX_LAG_SECONDS``, past which the read is stamped now.
+offset between the two clocks, measured from back-to-back readings (the tightest of a few, so that a process
+descheduled between two readings does not skew it) and measured again every second. A stamp later than now, or
+more than ``MAX_LAG_SECONDS`` old (a wall-clock step), is replaced by now.
 """
 
 from __future__ import annotations
 
+import math
 import socket
 import struct
 import time
@@ -27,18 +29,38 @@ MAX_LAG_SECONDS = 10.0
 _TIMESPEC = struct.Struct("@qq")
 _ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 
+OFFSET_REFRESH_SECONDS = 1.0
+_OFFSET_SAMPLES = 5
+
 _monotonic = time.monotonic
+_monotonic_ns = time.monotonic_ns
 _time_ns = time.time_ns
+_offset = [0, -math.inf]  # wall clock − monotonic clock (ns), and when it was measured (monotonic seconds)
+
+
+def clock_offset_ns() -> int:
+    """Wall clock minus monotonic clock, in ns: of a few readings of wall time between two of monotonic time, the
+    one with the shortest gap (a reading the scheduler did not interrupt)."""
+    best_gap, offset = None, 0
+    for _ in range(_OFFSET_SAMPLES):
+        before = _monotonic_ns()
+        wall = _time_ns()
+        after = _monotonic_ns()
+        if best_gap is None or after - before < best_gap:
+            best_gap, offset = after - before, wall - (before + after) // 2
+    return offset
 
 
 def _arrival(ancillary: list[tuple[int, int, bytes]]) -> float:
     now = _monotonic()
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            if now - _offset[1] >= OFFSET_REFRESH_SECONDS:
+                _offset[0], _offset[1] = clock_offset_ns(), now
             seconds, nanoseconds = _TIMESPEC.unpack_from(data)
-            lag_seconds = (_time_ns() - (seconds * 1_000_000_000 + nanoseconds)) * 1e-9
-            if 0.0 < lag_seconds <= MAX_LAG_SECONDS:
-                return now - lag_seconds
+            arrived = (seconds * 1_000_000_000 + nanoseconds - _offset[0]) * 1e-9
+            if now - MAX_LAG_SECONDS <= arrived <= now:
+                return arrived
             break
     return now
 

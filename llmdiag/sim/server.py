@@ -494,7 +494,7 @@ class SimApp:
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         # when the request's bytes arrived (stamped by _ArrivalStampingHandler when timings are recorded): under a
         # thousand streams the handler starts tens of milliseconds later, behind the event loop's other work
-        arrived_at = getattr(request.protocol, "llmdiag_arrived_at", None)
+        arrived_at = request.get(ARRIVAL_KEY)
         received_at = arrived_at if arrived_at is not None else time.monotonic()
         handler = request.path
         timings = None
@@ -637,10 +637,16 @@ class _ArrivalStampingHandler(web.RequestHandler):
         super().connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        if self.llmdiag_arrived_at is None:
+        # the first read of a request's head (not the rest of a body that came in a later read)
+        if self.llmdiag_arrived_at is None and data[:8].split(b" ", 1)[0] in _METHODS:
             rx = self._rx
             self.llmdiag_arrived_at = rx.arrived_at if rx is not None else time.monotonic()
         super().data_received(data)
+
+
+_METHODS = frozenset((b"GET", b"POST", b"PUT", b"HEAD", b"DELETE", b"OPTIONS", b"PATCH"))
+# where a request keeps its arrival stamp (aiohttp >= 3.12 wants typed keys for request storage)
+ARRIVAL_KEY: Any = web.RequestKey("llmdiag_arrived_at", float) if hasattr(web, "RequestKey") else "llmdiag_arrived_at"
 
 
 def _page_handler(page: Page) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -672,12 +678,14 @@ def _with_headers(headers: dict[str, str]):
 
 @web.middleware
 async def _forget_arrival(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
-    """After every request, whatever its route: the connection's next request stamps its own arrival."""
-    try:
-        return await handler(request)
-    finally:
-        if getattr(request.protocol, "llmdiag_arrived_at", None) is not None:
-            request.protocol.llmdiag_arrived_at = None
+    """As every request starts, whatever its route, it takes its arrival stamp off the connection, so that the next
+    request stamps its own: a client may send the next one before this one's handler has returned."""
+    protocol = request.protocol
+    arrived_at = getattr(protocol, "llmdiag_arrived_at", None)
+    if arrived_at is not None:
+        request[ARRIVAL_KEY] = arrived_at
+        protocol.llmdiag_arrived_at = None  # type: ignore[union-attr]
+    return await handler(request)
 
 
 class _ArrivalStampingServer(web.Server):
