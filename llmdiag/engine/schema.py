@@ -248,6 +248,9 @@ class RuleSpec(_Strict):
     fix: Fix
     # judged only where that rule is skipped for want of inputs (a stand-in for logs, which lack request counts)
     instead_of: str | None = None
+    # what the rule judges: one server's window ("server"), or several replicas side by side ("fleet": judged on the
+    # fleet's own signals by llmdiag.engine.fleet, never in a single server's verdict)
+    scope: Literal["server", "fleet"] = "server"
 
     @field_validator("code")
     @classmethod
@@ -262,9 +265,6 @@ class RuleSpec(_Strict):
         if not SLUG_RE.match(slug):
             raise ValueError("must be lower-case words joined by '-'")
         return slug
-    # what the rule judges: one server's window ("server"), or several replicas side by side ("fleet": judged on the
-    # fleet's own signals by llmdiag.engine.fleet, never in a single server's verdict)
-    scope: Literal["server", "fleet"] = "server"
 
     @model_validator(mode="after")
     def _category_matches_code(self) -> RuleSpec:
