@@ -166,6 +166,36 @@ ServerOpt = Annotated[
                  "its metric names, headers and endpoints (the verdict says which and why)."),
 ]
 HttpTimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait for each HTTP answer.")]
+SelectorOpt = Annotated[
+    str | None,
+    typer.Option("--selector", help="With --prometheus: a label matcher list, e.g. '{job=\"vllm\"}'.",
+                 rich_help_panel="Prometheus"),
+]
+PrometheusTokenEnvOpt = Annotated[
+    str | None,
+    typer.Option("--prometheus-token-env", help="Bearer token for Prometheus from this environment variable.",
+                 rich_help_panel="Prometheus"),
+]
+PrometheusTokenFileOpt = Annotated[
+    Path | None,
+    typer.Option("--prometheus-token-file", help="Bearer token for Prometheus from this file.",
+                 rich_help_panel="Prometheus"),
+]
+PrometheusUserOpt = Annotated[
+    str | None,
+    typer.Option("--prometheus-user", help="Basic-auth user for Prometheus (with --prometheus-password-env).",
+                 rich_help_panel="Prometheus"),
+]
+PrometheusPasswordEnvOpt = Annotated[
+    str | None,
+    typer.Option("--prometheus-password-env", help="Basic-auth password from this environment variable.",
+                 rich_help_panel="Prometheus"),
+]
+PrometheusCaOpt = Annotated[
+    Path | None,
+    typer.Option("--prometheus-ca", help="CA bundle (PEM) for Prometheus's TLS certificate.",
+                 rich_help_panel="Prometheus"),
+]
 ProbeOpt = Annotated[
     bool | None,
     typer.Option("--probe/--no-probe", help="Send a few small streaming canary requests through the server's "
@@ -258,11 +288,7 @@ def scan(
                      "of scraping them: every instance the --selector holds, each judged on its own.",
                      rich_help_panel="Prometheus"),
     ] = None,
-    selector: Annotated[
-        str | None,
-        typer.Option("--selector", help="With --prometheus: a label matcher list, e.g. '{job=\"vllm\"}'.",
-                     rich_help_panel="Prometheus"),
-    ] = None,
+    selector: SelectorOpt = None,
     at: Annotated[
         str | None,
         typer.Option("--at", help="With --prometheus: judge the window ending at this time (unix seconds, ISO time, "
@@ -287,31 +313,11 @@ def scan(
         typer.Option("--step", help="With --prometheus and --from/--to (or --since): a verdict timeline, one per "
                      "step (e.g. 1m); 'auto' for ~30 steps.", rich_help_panel="Prometheus"),
     ] = None,
-    prometheus_token_env: Annotated[
-        str | None,
-        typer.Option("--prometheus-token-env", help="Bearer token for Prometheus from this environment variable.",
-                     rich_help_panel="Prometheus"),
-    ] = None,
-    prometheus_token_file: Annotated[
-        Path | None,
-        typer.Option("--prometheus-token-file", help="Bearer token for Prometheus from this file.",
-                     rich_help_panel="Prometheus"),
-    ] = None,
-    prometheus_user: Annotated[
-        str | None,
-        typer.Option("--prometheus-user", help="Basic-auth user for Prometheus (with --prometheus-password-env).",
-                     rich_help_panel="Prometheus"),
-    ] = None,
-    prometheus_password_env: Annotated[
-        str | None,
-        typer.Option("--prometheus-password-env", help="Basic-auth password from this environment variable.",
-                     rich_help_panel="Prometheus"),
-    ] = None,
-    prometheus_ca: Annotated[
-        Path | None,
-        typer.Option("--prometheus-ca", help="CA bundle (PEM) for Prometheus's TLS certificate.",
-                     rich_help_panel="Prometheus"),
-    ] = None,
+    prometheus_token_env: PrometheusTokenEnvOpt = None,
+    prometheus_token_file: PrometheusTokenFileOpt = None,
+    prometheus_user: PrometheusUserOpt = None,
+    prometheus_password_env: PrometheusPasswordEnvOpt = None,
+    prometheus_ca: PrometheusCaOpt = None,
 ) -> None:
     """Watch a live server for a window and say what limits it; several servers are compared as a fleet."""
     if prometheus is not None:
@@ -1012,24 +1018,6 @@ def check_unknown(message: str, hint: str) -> NoReturn:
     raise typer.Exit(EXIT_NAGIOS_UNKNOWN)
 
 
-def _url_targets(urls: list[str]):
-    """Command-line URLs as targets named host:port (the history's key)."""
-    from urllib.parse import urlsplit
-
-    from llmdiag.collect.http import redact_url
-    from llmdiag.config import Target
-
-    targets, seen = [], set()
-    for url in urls:
-        name = urlsplit(redact_url(url)).netloc or redact_url(url)
-        base, n = name, 2
-        while name in seen:
-            name, n = f"{base}#{n}", n + 1
-        seen.add(name)
-        targets.append(Target.model_construct(name=name, url=url))  # any URL; secrets stay in the connection
-    return targets
-
-
 @app.command()
 def check(
     urls: Annotated[
@@ -1074,31 +1062,12 @@ def check(
                      "--selector, over its last minute (or --duration), plus the fleet rules across them: one "
                      "target per instance.", rich_help_panel="Prometheus"),
     ] = None,
-    selector: Annotated[
-        str | None,
-        typer.Option("--selector", help="With --prometheus: a label matcher list, e.g. '{job=\"vllm\"}'.",
-                     rich_help_panel="Prometheus"),
-    ] = None,
-    prometheus_token_env: Annotated[
-        str | None, typer.Option("--prometheus-token-env", help="Bearer token for Prometheus from this environment "
-                                 "variable.", rich_help_panel="Prometheus"),
-    ] = None,
-    prometheus_token_file: Annotated[
-        Path | None, typer.Option("--prometheus-token-file", help="Bearer token for Prometheus from this file.",
-                                  rich_help_panel="Prometheus"),
-    ] = None,
-    prometheus_user: Annotated[
-        str | None, typer.Option("--prometheus-user", help="Basic-auth user for Prometheus (with "
-                                 "--prometheus-password-env).", rich_help_panel="Prometheus"),
-    ] = None,
-    prometheus_password_env: Annotated[
-        str | None, typer.Option("--prometheus-password-env", help="Basic-auth password from this environment "
-                                 "variable.", rich_help_panel="Prometheus"),
-    ] = None,
-    prometheus_ca: Annotated[
-        Path | None, typer.Option("--prometheus-ca", help="CA bundle (PEM) for Prometheus's TLS certificate.",
-                                  rich_help_panel="Prometheus"),
-    ] = None,
+    selector: SelectorOpt = None,
+    prometheus_token_env: PrometheusTokenEnvOpt = None,
+    prometheus_token_file: PrometheusTokenFileOpt = None,
+    prometheus_user: PrometheusUserOpt = None,
+    prometheus_password_env: PrometheusPasswordEnvOpt = None,
+    prometheus_ca: PrometheusCaOpt = None,
 ) -> None:
     """Health check for cron and monitoring, Nagios style: one status line with perfdata, exit 0/1/2/3."""
     import socket
@@ -1131,7 +1100,9 @@ def check(
             if len(urls) > 1 and (metrics_url or dcgm_url):
                 raise UsageError("--metrics-url and --dcgm-url belong to one server, and several URLs were given",
                                  "name each server in llmdiag.toml's [[targets]] with its own metrics_url and dcgm_url")
-            targets = _url_targets(urls)
+            from llmdiag.targets import url_targets
+
+            targets = url_targets(urls)
             for t in targets:
                 connections[t.name] = connection_from_options(t.url, metrics_url, header, api_key, timeout, insecure)
                 t.dcgm_url, t.nvml, t.probe, t.metrics_url = dcgm_url, nvml, probe, metrics_url
