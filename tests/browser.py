@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.required import require_tool
+
 CHROMIUM = Path(os.environ.get("LLMDIAG_CHROMIUM", "/usr/bin/chromium"))
 LAUNCH_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -39,15 +41,8 @@ def missing() -> str | None:
 
 
 def require() -> None:
-    """Skip the test when the browser is missing, or fail when the run asked for browser tests."""
-    import pytest
-
-    reason = missing()
-    if reason is None:
-        return
-    if os.environ.get(REQUIRED_ENV) == "1":
-        pytest.fail(f"{REQUIRED_ENV}=1 but {reason}")
-    pytest.skip(reason)
+    """Skip the test when the browser is missing, or fail when the run asked for the browser tests."""
+    require_tool(missing(), REQUIRED_ENV)
 
 
 @dataclass

@@ -28,6 +28,8 @@ from urllib.parse import urlsplit
 
 import requests
 
+from tests.required import require_tool
+
 REQUIRED_ENV = "LLMDIAG_PROMETHEUS_TESTS"
 BINARY = os.environ.get("LLMDIAG_PROMETHEUS", "prometheus")
 
@@ -40,15 +42,8 @@ def missing() -> str | None:
 
 
 def require() -> None:
-    """Skip the test when Prometheus is missing, or fail when the run asked for the Prometheus tests."""
-    import pytest
-
-    reason = missing()
-    if reason is None:
-        return
-    if os.environ.get(REQUIRED_ENV) == "1":
-        pytest.fail(f"{REQUIRED_ENV}=1 but {reason}")
-    pytest.skip(reason)
+    """Skip the test when the Prometheus is missing, or fail when the run asked for the Prometheus tests."""
+    require_tool(missing(), REQUIRED_ENV)
 
 
 def install() -> int:
