@@ -8,6 +8,9 @@ only computes the fleet-level signals they read, from each replica's verdict:
     replica_request_rate_max_per_second            the highest finished-requests/s of any replica
     replica_request_rate_max_over_peers_ratio      that replica's rate / the median of the OTHER replicas' rates
     replica_requests_in_system_max_over_peers_ratio  the same for the mean running + waiting requests
+    replica_busiest_in_system_over_peers_ratio     the running + waiting of the replica that finishes the most
+                                                   requests / the median of the others': above 1 it is given more
+                                                   work, not merely faster than slow peers
     replica_ttft_p90_max_seconds                   the worst replica's TTFT p90
     replica_ttft_p90_max_over_peers_ratio          that p90 / the median of the other replicas' p90
 
@@ -55,6 +58,7 @@ FLEET_SIGNALS: dict[str, tuple[str, str]] = {
     "replica_request_rate_max_per_second": ("requests/s", "finished requests/s"),
     "replica_request_rate_max_over_peers_ratio": ("ratio", "finished requests/s"),
     "replica_requests_in_system_max_over_peers_ratio": ("ratio", "mean requests running + waiting"),
+    "replica_busiest_in_system_over_peers_ratio": ("ratio", "mean requests running + waiting"),
     "replica_ttft_p90_max_seconds": ("seconds", "TTFT p90 (seconds)"),
     "replica_ttft_p90_max_over_peers_ratio": ("ratio", "TTFT p90 (seconds)"),
 }
@@ -158,6 +162,23 @@ def fleet_signal_set(targets: list[FleetTarget], window_seconds: float | None = 
         signals.add(signal)
         if top is not None:
             extremes[name] = top
+    busiest = extremes.get("replica_request_rate_max_over_peers_ratio")
+    name = "replica_busiest_in_system_over_peers_ratio"
+    if busiest is not None and busiest in in_system and len(in_system) >= 2:
+        # the same replica's load against its peers': a healthy replica among slow ones finishes the most requests
+        # while holding the fewest, and is not over-served
+        ordered = {busiest: in_system[busiest], **{k: v for k, v in in_system.items() if k != busiest}}
+        peers = [v for k, v in ordered.items() if k != busiest]
+        median = statistics.median_high(peers)
+        ratio = ordered[busiest] / median if median > 0 else (PEER_ZERO_RATIO if ordered[busiest] > 0 else 1.0)
+        signals.add(Signal(name=name, kind="derived", unit="ratio", stats={"value": round(min(ratio, MAX_RATIO), 4)},
+                           source=f"fleet: {busiest}'s mean requests running + waiting / the upper median of the "
+                                  f"other {len(peers)} replicas'", window_seconds=window_seconds,
+                           by_series=dict(in_system)))  # fmt: skip
+        extremes[name] = busiest
+    else:
+        signals.add(Signal.missing(name, "derived", "ratio", "running + waiting not known for the busiest replica "
+                                   "and a peer", source="fleet"))  # fmt: skip
     for name, values in (("replica_request_rate_max_per_second", rates), ("replica_ttft_p90_max_seconds", ttft)):
         unit, what = FLEET_SIGNALS[name]
         if values:
