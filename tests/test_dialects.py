@@ -134,6 +134,31 @@ def test_sglang_compute_preset_is_compute():
     assert stat(verdict, "kv_cache_usage_ratio", "max") < 0.8
 
 
+@pytest.mark.parametrize("dialect", ["tgi", "llamacpp", "triton"])
+def test_compute_preset_is_compute_without_a_kv_gauge_or_token_latency(dialect):
+    """TGI and Triton have no token-latency histogram, llama.cpp neither that nor a KV gauge: their mean step time
+    still names the slow decode (CMP001 judges a missing KV gauge by the preemption gate alone)."""
+    verdict = scan_dialect(dialect, "compute")
+    assert verdict["bottleneck"] == "compute", describe(verdict)
+    assert "CMP001" in codes(verdict)
+    assert stat(verdict, "itl_seconds", "mean") >= 0.05
+
+
+@pytest.mark.parametrize("dialect", ["sglang", "tgi", "llamacpp", "trtllm", "triton"])
+def test_network_preset_is_network_with_the_gpu_page(dialect):
+    """The network state shows on the GPUs (busy but idle SMs, NVLink/PCIe traffic): with the simulator's DCGM page
+    every dialect names it; llama.cpp's tokens, counted only as requests end, are no reason to call it stalled."""
+    preset = get_preset("network")
+    with SimServer(preset, dialect=dialect) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=60):
+        time.sleep(WARMUP_SECONDS)
+        result = run_cli("scan", sim.url, "--no-nvml", "--duration", SCAN_SECONDS, "--json", "--fail-on", "never",
+                         "--dcgm-url", sim.dcgm_url, timeout=90)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    verdict = json.loads(result.stdout)
+    assert verdict["bottleneck"] == "network", describe(verdict)
+    assert "NET001" in codes(verdict) and "SCH003" not in codes(verdict)
+
+
 def test_llamacpp_memory_preset_says_it_cannot_see_the_kv_cache():
     """A recent llama.cpp has no KV gauge: requests deferred while slots are free are not a slot limit, and what else
     holds them back cannot be seen. The verdict stays unknown and names the missing gauge; it never guesses memory."""

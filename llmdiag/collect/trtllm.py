@@ -491,6 +491,11 @@ def finish_prometheus_signals(signal_set: SignalSet) -> None:
     counter = signal_set.get("iteration_counter")
     if counter is not None and counter.unavailable is None and window and len(counter.samples) >= 2:
         steps = counter.samples[-1][1] - counter.samples[0][1]
+        if signal_set.get("engine_steps_per_second") is None:
+            signal_set.add(Signal(name="engine_steps_per_second", kind="counter", unit="steps/s",
+                                  stats={"rate": max(steps, 0.0) / window, "increase": max(steps, 0.0)},
+                                  source="derived: the increase of nv_trt_llm_general_metrics iteration_counter / "
+                                         "window", window_seconds=window))  # fmt: skip
         if steps > 0:
             iterations_per_second, how = steps / window, "the iteration counter's increase / window"
             if signal_set.get("itl_seconds") is None:

@@ -14,7 +14,7 @@ from llmdiag.config import Settings
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.fixes import engine_fixes, engine_of, fixes_for
 from llmdiag.engine.loader import load_rules
-from llmdiag.engine.schema import Ladder, RuleSpec, SignalRef
+from llmdiag.engine.schema import Condition, Ladder, RuleSpec, SignalRef
 from llmdiag.model import (
     BOTTLENECK_CATEGORIES,
     Bottleneck,
@@ -122,15 +122,16 @@ def evaluate_rule(
     muted = settings.mute_reason(rule.code)
     if muted:
         return RuleOutcome(code=rule.code, status="muted", reason=muted), None
-    measured: list[float] = []
+    measured: list[float | None] = []
     for ref in (rule.severity, *rule.gate):
         found, why = _lookup(signals, ref)
-        if found is None:
+        if found is None and not (isinstance(ref, Condition) and ref.if_missing == "pass"):
             return RuleOutcome(code=rule.code, status="skipped", reason=why), None
         measured.append(found)
     value, gate_values = measured[0], measured[1:]
+    assert value is not None
     for cond, observed in zip(rule.gate, gate_values, strict=True):
-        if not cond.holds(observed):
+        if observed is not None and not cond.holds(observed):
             reason = f"gate not met: {cond.signal}.{cond.stat} = {observed:.4g}, needs {cond.op} {cond.value:g}"
             return RuleOutcome(code=rule.code, status="passed", reason=reason), None
     override = settings.rules.get(rule.code)

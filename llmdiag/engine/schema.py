@@ -164,6 +164,9 @@ class SignalRef(_Strict):
 class Condition(SignalRef):
     op: Literal[">", ">=", "<", "<=", "==", "!="]
     value: float
+    # a gate whose signal a server does not have: "skip" the rule (the default), or "pass" and judge it on the rest
+    # (for a guard another gate or the server's design already covers; the evidence shows it unavailable)
+    if_missing: Literal["skip", "pass"] = "skip"
 
     def holds(self, observed: float) -> bool:
         return {

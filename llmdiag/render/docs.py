@@ -46,7 +46,9 @@ def render_rule_markdown(rule: RuleSpec) -> str:
         lines.append(f"- critical when {_condition(ladder.signal, ladder.stat, op, ladder.critical)}")
     if rule.gate:
         lines.append("- only while all of these hold:")
-        lines += [f"  - {_condition(c.signal, c.stat, c.op, c.value)}" for c in rule.gate]
+        lines += [f"  - {_condition(c.signal, c.stat, c.op, c.value)}"
+                  + (" (passes where the server has no such signal)" if c.if_missing == "pass" else "")
+                  for c in rule.gate]
     lines += [
         "",
         "Thresholds can be changed in `llmdiag.toml` (`[rules." + rule.code + "] warning = …, critical = …`).",
