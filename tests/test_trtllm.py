@@ -158,8 +158,12 @@ def test_scan_detects_the_dialect_and_gives_the_vllm_class(dialect, extra, prese
         assert value(verdict, "generation_tokens_per_second", "rate") > 1000
         assert verdict["summary"].startswith("Healthy: ")
         return
-    assert verdict["findings"][0]["code"] == code
-    numbers = {e["signal"]: e["value"] for e in verdict["findings"][0]["evidence"]}
+    lead = verdict["findings"][0]
+    # where pauses are only a sampled gauge, a window that samples some gives MEM001 (its preemption estimate) the
+    # lead over MEM003: either names the full KV cache
+    sampled_pauses = dialect == "triton" or extra
+    assert lead["code"] == code or (sampled_pauses and {lead["code"], code} <= {"MEM001", "MEM003"}), lead["code"]
+    numbers = {e["signal"]: e["value"] for e in lead["evidence"]}
     if expected == "memory":
         assert numbers["requests_waiting_avg"] > 5
         assert value(verdict, "kv_cache_usage_ratio", "max") >= 0.9
