@@ -26,6 +26,8 @@ import json
 import math
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,10 +40,13 @@ from llmdiag.sim.server import ClosedLoopLoad, SimServer  # noqa: E402
 from llmdiag.targets import url_targets  # noqa: E402
 
 
-def direct_targets(args: argparse.Namespace) -> list[dict]:
+@contextmanager
+def loaded_simulators(args: argparse.Namespace) -> Iterator[list[SimServer]]:
+    """``args.instances`` healthy simulators, each driven by ``args.users`` closed-loop users; stopped on exit."""
     preset = get_preset("healthy")
     load = replace(preset.load, users=args.users)
-    servers, drivers, rows = [], [], []
+    servers: list[SimServer] = []
+    drivers: list[ClosedLoopLoad] = []
     try:
         for _ in range(args.instances):
             server = SimServer(preset).start()
@@ -49,6 +54,17 @@ def direct_targets(args: argparse.Namespace) -> list[dict]:
             driver = ClosedLoopLoad(server.url, server.model, load, max_seconds=3600)
             driver.start()
             drivers.append(driver)
+        yield servers
+    finally:
+        for driver in drivers:
+            driver.stop()
+        for server in servers:
+            server.stop()
+
+
+def direct_targets(args: argparse.Namespace) -> list[dict]:
+    rows: list[dict] = []
+    with loaded_simulators(args) as servers:
         time.sleep(2.0)
         urls = [servers[i % len(servers)].url for i in range(args.targets)]
         targets = [(t.name, Connection(base_url=t.url, timeout_seconds=5.0)) for t in url_targets(urls)]
@@ -66,11 +82,6 @@ def direct_targets(args: argparse.Namespace) -> list[dict]:
             print(f"direct: {len(targets)} targets on {args.instances} simulator instances, concurrency "
                   f"{concurrency}, window {args.window:g} s: {wall:.1f} s wall (ideal {ideal:g} s); judged "
                   f"{report.probed()}/{len(targets)}; classes {report.class_counts}", flush=True)  # fmt: skip
-    finally:
-        for driver in drivers:
-            driver.stop()
-        for server in servers:
-            server.stop()
     return rows
 
 
@@ -82,16 +93,8 @@ def prometheus_targets(args: argparse.Namespace) -> list[dict]:
     if missing():
         print(f"prometheus: skipped ({missing()})", flush=True)
         return []
-    preset = get_preset("healthy")
-    load = replace(preset.load, users=args.users)
-    servers, drivers, rows = [], [], []
-    try:
-        for _ in range(args.instances):
-            server = SimServer(preset).start()
-            servers.append(server)
-            driver = ClosedLoopLoad(server.url, server.model, load, max_seconds=3600)
-            driver.start()
-            drivers.append(driver)
+    rows: list[dict] = []
+    with loaded_simulators(args) as servers:
         jobs = {f"replica-{i}": [servers[i % len(servers)].metrics_url] for i in range(args.targets)}
         with PrometheusServer(jobs) as prom:
             prom.wait_for_samples("vllm:num_requests_running", args.targets, samples=4, timeout_seconds=60)
@@ -112,11 +115,6 @@ def prometheus_targets(args: argparse.Namespace) -> list[dict]:
                 print(f"prometheus: {count} targets ({args.instances} simulator instances behind {count} scrape "
                       f"jobs): {result.queries} queries, {wall:.2f} s wall; judged {len(verdicts)}; classes "
                       f"{classes}", flush=True)  # fmt: skip
-    finally:
-        for driver in drivers:
-            driver.stop()
-        for server in servers:
-            server.stop()
     return rows
 
 
