@@ -8,16 +8,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from llmdiag import __version__
-from llmdiag.collect import (
+from llmdiag.collect.canary import LABEL as CANARY_LABEL
+from llmdiag.collect.http import Connection, redact_url
+from llmdiag.collect.load import LoadPlan, preflight, run_level
+from llmdiag.collect.metrics import (
     DEFAULT_DURATION_SECONDS,
     ProgressCallback,
     TelemetryOptions,
     collect_files,
     collect_live,
 )
-from llmdiag.collect.canary import LABEL as CANARY_LABEL
-from llmdiag.collect.http import Connection, redact_url
-from llmdiag.collect.load import LoadPlan, preflight, run_level
 from llmdiag.collect.promql import PrometheusResult, PrometheusSource
 from llmdiag.collect.source import unavailable_source
 from llmdiag.config import Settings
@@ -26,6 +26,8 @@ from llmdiag.engine.capacity import roofline_for_window, roofline_signal
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.evaluate import build_verdict
 from llmdiag.engine.load import find_knee, summarise
+from llmdiag.engine.trace import analyze_traces as analyze_traces  # the library API for traces
+from llmdiag.engine.trace import merge_trace_signals
 from llmdiag.model import FleetReport, LoadReport, SignalSet, TraceReport, Verdict
 from llmdiag.sim.physics import Deployment
 
@@ -193,40 +195,6 @@ def run_load(
         report.points.append(point)
     report.knee = find_knee(report.points, slo_given=slo_ttft_seconds is not None or slo_tpot_seconds is not None)
     return report
-
-
-def analyze_traces(
-    paths: list[Path], link: str | None = None, hta_compat: bool = False, settings: Settings | None = None
-) -> TraceReport:
-    """Read PyTorch profiler (Kineto) traces, one file per rank (files, or folders of *.json / *.json.gz), and judge
-    their communication: per-rank shares, collectives, the straggler, and the network rules on those signals.
-
-    Files that cannot be read are listed in ``report.problems`` (kind "error") and the other ranks are still analysed.
-    """
-    from llmdiag.engine.trace import analyze, trace_signals
-
-    report = analyze(paths, link=link, hta_compat=hta_compat)
-    report.tool_version = __version__
-    if report.ranks:
-        verdict = build_verdict(trace_signals(report), settings, target=", ".join(report.paths))
-        verdict.tool_version = __version__
-        if not verdict.findings:
-            verdict.summary = (
-                "No communication finding in the trace. A trace shows GPU time and collectives only; memory, "
-                "scheduling and what users see need a scan of the server."
-            )
-        report.verdict = verdict
-    return report
-
-
-def merge_trace_signals(signals: SignalSet, report: TraceReport) -> None:
-    """`llmdiag scan --trace DIR`: the trace's signals join the scan's before it is judged (the scan's own win)."""
-    from llmdiag.engine.trace import trace_signals
-
-    extra = trace_signals(report)
-    for name, signal in extra.signals.items():
-        signals.signals.setdefault(name, signal)
-    signals.sources += extra.sources
 
 
 def diagnose_fleet(

@@ -22,8 +22,8 @@ from pydantic import BaseModel, Field
 
 from llmdiag import __version__
 from llmdiag.api import diagnose
-from llmdiag.collect import TelemetryOptions
 from llmdiag.collect.http import API_KEY_ENV, Connection, redact_url
+from llmdiag.collect.metrics import TelemetryOptions
 from llmdiag.collect.promql import PrometheusSource
 from llmdiag.config import Settings, Target
 from llmdiag.errors import ConfigError, LlmdiagError

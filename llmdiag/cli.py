@@ -16,25 +16,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from llmdiag import __version__
-from llmdiag.api import diagnose, diagnose_files, run_demo
-from llmdiag.collect import DEFAULT_DURATION_SECONDS, TelemetryOptions
-from llmdiag.collect.http import DEFAULT_MAX_METRICS_BYTES, Connection, parse_header
-from llmdiag.config import load_settings
-from llmdiag.engine.loader import find_rule, load_rules
+from llmdiag.collect import DEFAULT_DURATION_SECONDS, DEFAULT_MAX_METRICS_BYTES
 from llmdiag.errors import LlmdiagError, UsageError
-from llmdiag.model import FleetReport, LoadReport, Severity, Verdict
-from llmdiag.render.files import write_atomic
-from llmdiag.render.json import render_json
-from llmdiag.render.terminal import render_terminal
+
+if TYPE_CHECKING:
+    from llmdiag.collect.http import Connection
+    from llmdiag.model import FleetReport, LoadReport, Verdict
+
+# Each command imports what it uses: `llmdiag trace --json` then loads neither rich, the HTTP stack nor the other
+# commands' code (a third of its run on a small trace went on imports).
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -53,8 +48,31 @@ app.add_typer(sim_app, name="sim")
 
 DEFAULT_DEMO_PRESET = "scheduling"
 
-stdout = Console(highlight=False, soft_wrap=False)
-stderr = Console(stderr=True, highlight=False)
+
+
+class _LazyConsole:
+    """A rich Console made on first use (rich.console is a third of a fast command's imports)."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
+
+stdout = _LazyConsole(highlight=False, soft_wrap=False)
+stderr = _LazyConsole(stderr=True, highlight=False)
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 class FailOn(str, Enum):
@@ -76,6 +94,8 @@ def fail(error: LlmdiagError) -> NoReturn:
 
 
 def exit_code(verdict: Verdict, fail_on: FailOn) -> int:
+    from llmdiag.model import Severity
+
     worst = verdict.worst_severity()
     if fail_on is FailOn.never or worst is None:
         return EXIT_OK
@@ -84,6 +104,9 @@ def exit_code(verdict: Verdict, fail_on: FailOn) -> int:
 
 
 def emit(verdict: Verdict, as_json: bool, verbose: bool, markdown: bool = False) -> None:
+    from llmdiag.render.json import render_json
+    from llmdiag.render.terminal import render_terminal
+
     if as_json:
         sys.stdout.write(render_json(verdict) + "\n")
     elif markdown:
@@ -102,6 +125,8 @@ def check_outputs(as_json: bool, markdown: bool) -> None:
 
 def write_html(path: Path, result: Verdict | LoadReport | FleetReport, quiet: bool = False) -> None:
     """The self-contained HTML report, written atomically; says where and how big on stderr."""
+    from llmdiag.model import FleetReport
+    from llmdiag.render.files import write_atomic
     from llmdiag.render.fleet_html import render_fleet_html
     from llmdiag.render.html import render_html
 
@@ -207,6 +232,8 @@ def connection_from_options(
     url: str, metrics_url: str | None, header: list[str] | None, api_key: str | None, timeout: float,
     insecure: bool, max_metrics_bytes: int = DEFAULT_MAX_METRICS_BYTES,
 ) -> Connection:  # fmt: skip
+    from llmdiag.collect.http import Connection, parse_header
+
     if timeout <= 0:
         raise UsageError(f"--timeout must be positive, got {timeout:g}")
     return Connection(
@@ -320,6 +347,10 @@ def scan(
     prometheus_ca: PrometheusCaOpt = None,
 ) -> None:
     """Watch a live server for a window and say what limits it; several servers are compared as a fleet."""
+    from llmdiag.api import diagnose
+    from llmdiag.collect.metrics import TelemetryOptions
+    from llmdiag.config import load_settings
+
     if prometheus is not None:
         scan_prometheus(
             PrometheusOptions(prometheus, selector, at, since, time_from, time_to, step, prometheus_token_env,
@@ -381,6 +412,8 @@ def scan_fleet(
     finding (a replica's or the fleet's) against --fail-on."""
     from llmdiag.api import diagnose_fleet
     from llmdiag.check import connection_for
+    from llmdiag.config import load_settings
+    from llmdiag.model import Severity
     from llmdiag.render.fleet import render_fleet
     from llmdiag.targets import read_targets_file, url_targets
 
@@ -458,6 +491,8 @@ def scan_prometheus(
     worst step's, for a timeline) against --fail-on; 2 when Prometheus cannot be read or the arguments are wrong."""
     from llmdiag.api import diagnose_prometheus_fleet, diagnose_prometheus_fleet_timeline
     from llmdiag.collect.promql import PrometheusSource, parse_duration, parse_time
+    from llmdiag.config import load_settings
+    from llmdiag.model import Severity
     from llmdiag.render.fleet import render_fleet
 
     try:
@@ -534,6 +569,8 @@ def deployment_from_options(gpu: str | None, model_shape: str | None, tp: int):
 @contextmanager
 def scan_progress(what: str, quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
     """A progress bar on stderr while scraping, when a person is watching."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
     if quiet or not stderr.is_terminal:
         yield None
         return
@@ -552,6 +589,8 @@ def scan_progress(what: str, quiet: bool) -> Iterator[Callable[[int, int], None]
 @contextmanager
 def load_progress(total_seconds: float, quiet: bool) -> Iterator[Callable[[str], None]]:
     """A progress bar over the whole sweep on stderr when a person is watching; plain lines otherwise."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
     if quiet:
         yield lambda _: None
         return
@@ -595,6 +634,11 @@ def demo(
     markdown: MarkdownOpt = False,
 ) -> None:
     """Start the built-in simulated vLLM in a known state, load it, scan it and print the verdict."""
+    from llmdiag.api import run_demo
+    from llmdiag.config import load_settings
+    from llmdiag.render.files import write_atomic
+    from llmdiag.render.json import render_json
+
     try:
         check_outputs(as_json, markdown)
         settings = load_settings(config)
@@ -700,9 +744,9 @@ def trace(
 ) -> None:
     """Analyse PyTorch profiler (Kineto) traces: GPU busy, communication share, exposed communication, collectives
     with their bandwidth, and the straggler rank. Exit 2 when a trace could not be used (after the rest is shown)."""
-    from llmdiag.api import analyze_traces
-    from llmdiag.engine.trace import problems_as_error
-    from llmdiag.render.trace import render_trace
+    from llmdiag.config import load_settings
+    from llmdiag.engine.trace import analyze_traces, problems_as_error
+    from llmdiag.render.files import write_atomic
 
     try:
         settings = load_settings(config)
@@ -716,6 +760,8 @@ def trace(
     if as_json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     elif report.ranks:
+        from llmdiag.render.trace import render_trace
+
         stdout.print(render_trace(report))
         if output is not None:
             stderr.print(f"[dim]report written to {escape(str(output))}[/]")
@@ -754,8 +800,9 @@ def analyze(
     markdown: MarkdownOpt = False,
 ) -> None:
     """Diagnose from saved /metrics dumps or server logs (bug reports, past incidents)."""
-    from llmdiag.api import diagnose_logs
+    from llmdiag.api import diagnose_files, diagnose_logs
     from llmdiag.collect.logs import looks_like_log
+    from llmdiag.config import load_settings
 
     try:
         check_outputs(as_json, markdown)
@@ -836,7 +883,11 @@ def load(
 ) -> None:
     """Drive a bounded load (closed-loop users or open-loop arrivals), level by level, and diagnose each level."""
     from llmdiag.api import run_load
+    from llmdiag.collect.http import Connection
     from llmdiag.collect.load import LoadPlan, TokenLengths
+    from llmdiag.collect.metrics import TelemetryOptions
+    from llmdiag.config import load_settings
+    from llmdiag.render.files import write_atomic
     from llmdiag.render.load import render_load
 
     try:
@@ -906,6 +957,7 @@ def report(
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the Markdown summary to stdout.")] = False,
 ) -> None:
     """Turn a saved result (a verdict or a load report, as JSON) into an HTML report or Markdown."""
+    from llmdiag.model import FleetReport
     from llmdiag.render.markdown import render_markdown
     from llmdiag.results import load_result
 
@@ -1073,6 +1125,7 @@ def check(
     import socket
 
     from llmdiag.check import CheckReport, State, run_check, run_prometheus_check
+    from llmdiag.config import load_settings
     from llmdiag.history import History, default_history_path
     from llmdiag.render.nagios import render_nagios
     from llmdiag.render.textfile import push, write_textfile
@@ -1175,6 +1228,7 @@ def history_cmd(
     import dataclasses
     import json
 
+    from llmdiag.config import load_settings
     from llmdiag.history import History, default_history_path
     from llmdiag.render.history import render_history
 
@@ -1219,6 +1273,7 @@ def nccl_bench_cmd(
     timeout: Annotated[float, typer.Option("--timeout", help="Give up after this many seconds.")] = 3600.0,
 ) -> None:
     """Collective bandwidth (nccl-tests' algbw/busbw) under torchrun, against the link's expected busbw."""
+    from llmdiag.model import Severity
     from llmdiag.nccl_launch import run_bench
 
     bench_args = ["--sizes", sizes, "--ops", ops, "--iters", str(iters), "--warmup", str(warmup)]
@@ -1240,6 +1295,10 @@ def nccl_bench_cmd(
 @rules_app.command("list")
 def rules_list() -> None:
     """Every rule: code, class, status and what it catches."""
+    from rich.table import Table
+
+    from llmdiag.engine.loader import load_rules
+
     try:
         rules = load_rules()
     except LlmdiagError as error:
@@ -1255,6 +1314,7 @@ def rules_list() -> None:
 @rules_app.command("show")
 def rules_show(code: Annotated[str, typer.Argument(help="A rule code, e.g. MEM001")]) -> None:
     """One rule in full: what, why, thresholds, and the fixes per engine."""
+    from llmdiag.engine.loader import find_rule
     from llmdiag.render.docs import render_rule_markdown
 
     try:
@@ -1271,6 +1331,7 @@ def rules_docs(
     out: Annotated[Path, typer.Option("--out", help="Folder for one Markdown page per rule.")] = Path("docs/rules"),
 ) -> None:
     """Write the rule reference pages (docs/rules/*.md) from the rule files."""
+    from llmdiag.engine.loader import load_rules
     from llmdiag.render.docs import write_rule_docs
 
     try:

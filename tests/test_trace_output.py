@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,24 @@ def test_an_unwritable_output_is_one_error(tmp_path: Path):
     lines = result.stderr.strip().splitlines()
     assert lines == [f"ERROR: cannot write {out}: No such file or directory", "HINT: pick another --output path"]
     assert not out.parent.exists()
+
+
+# What `llmdiag trace --json` must not load: the HTTP and load stacks, the other commands, and rich (its terminal
+# view is not printed). On a small trace the run is mostly interpreter start and imports (bench/bench_trace.py).
+NOT_FOR_TRACE_JSON = ("requests", "aiohttp", "asyncio", "rich.console", "llmdiag.api", "llmdiag.collect.metrics")
+
+
+def test_trace_json_loads_only_what_it_uses():
+    probe = (
+        "import sys\n"
+        "from llmdiag.cli import main\n"
+        f"sys.argv = ['llmdiag', 'trace', {str(DLRM)!r}, '--json']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print([m for m in {NOT_FOR_TRACE_JSON!r} if m in sys.modules], file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert json.loads(done.stdout)["ranks"], done.stderr  # it did analyse the set
+    assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr

@@ -11,9 +11,9 @@ import time
 import pytest
 import requests
 
-from llmdiag.collect import collect_files, collect_live
 from llmdiag.collect.detect import detect_live
 from llmdiag.collect.http import Connection
+from llmdiag.collect.metrics import collect_files, collect_live
 from llmdiag.collect.trtllm import missing_records, signals_from_iteration_records
 from llmdiag.engine.evaluate import build_verdict
 from llmdiag.sim.presets import get_preset

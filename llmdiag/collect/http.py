@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
+from llmdiag.collect import DEFAULT_MAX_METRICS_BYTES
 from llmdiag.collect.prometheus import Scrape, parse_exposition
 from llmdiag.errors import (
     ConnectError,
@@ -20,7 +21,6 @@ from llmdiag.errors import (
     UsageError,
 )
 
-DEFAULT_MAX_METRICS_BYTES = 16 * 1024 * 1024
 API_KEY_ENV = "LLMDIAG_API_KEY"
 
 

@@ -15,8 +15,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from llmdiag.collect import TelemetryOptions, collect_live
 from llmdiag.collect.http import Connection
+from llmdiag.collect.metrics import TelemetryOptions, collect_live
 from llmdiag.collect.requests import (
     OpenAIClient,
     PromptFactory,

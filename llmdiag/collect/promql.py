@@ -869,7 +869,7 @@ def _instance_set(runner: _Runner, plan: _Plan, key: str, t: float, window: floa
     if isinstance(gpu, SourceInfo):
         signal_set.sources.append(gpu)
     else:
-        from llmdiag.collect import merge_signal_sets
+        from llmdiag.collect.metrics import merge_signal_sets
 
         merge_signal_sets(signal_set, gpu)
     if probe_name in ("trtllm", "triton"):

@@ -36,7 +36,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from llmdiag import __version__
 from llmdiag.collect.torch_trace import CommArgs, CommOp, RankTrace, read_trace
+from llmdiag.config import Settings
+from llmdiag.engine.evaluate import build_verdict
 from llmdiag.engine.loader import load_collectives
 from llmdiag.engine.schema import CollectiveSpec
 from llmdiag.errors import LlmdiagError, TraceFileError, UsageError
@@ -816,6 +819,36 @@ def trace_signals(report: TraceReport) -> SignalSet:
         SourceInfo(probe="torch_trace", url=", ".join(report.paths), note=f"{len(report.ranks)} rank trace(s)")
     )
     return signals
+
+
+def analyze_traces(
+    paths: list[Path], link: str | None = None, hta_compat: bool = False, settings: Settings | None = None
+) -> TraceReport:
+    """Read PyTorch profiler (Kineto) traces, one file per rank (files, or folders of *.json / *.json.gz), and judge
+    their communication: per-rank shares, collectives, the straggler, and the network rules on those signals.
+
+    Files that cannot be read are listed in ``report.problems`` (kind "error") and the other ranks are still analysed.
+    """
+    report = analyze(paths, link=link, hta_compat=hta_compat)
+    report.tool_version = __version__
+    if report.ranks:
+        verdict = build_verdict(trace_signals(report), settings, target=", ".join(report.paths))
+        verdict.tool_version = __version__
+        if not verdict.findings:
+            verdict.summary = (
+                "No communication finding in the trace. A trace shows GPU time and collectives only; memory, "
+                "scheduling and what users see need a scan of the server."
+            )
+        report.verdict = verdict
+    return report
+
+
+def merge_trace_signals(signals: SignalSet, report: TraceReport) -> None:
+    """`llmdiag scan --trace DIR`: the trace's signals join the scan's before it is judged (the scan's own win)."""
+    extra = trace_signals(report)
+    for name, signal in extra.signals.items():
+        signals.signals.setdefault(name, signal)
+    signals.sources += extra.sources
 
 
 def problems_as_error(report: TraceReport) -> LlmdiagError | None:
