@@ -116,3 +116,25 @@ def test_an_odd_event_does_not_cost_its_neighbours_their_shapes():
     assert odd.events == whole.events + 1
     dims = [json.loads(op.input_dims) for op in odd.cpu_comm]
     assert dims == [json.loads(op.input_dims) for op in whole.cpu_comm] and any(dims)
+
+
+def test_fields_of_unexpected_types_are_read_field_by_field():
+    """A kernel whose correlation and stream are written as strings still links to its launch; one whose ts is not a
+    number is skipped and counted; neither costs the other events of its slice anything."""
+    import gzip
+    import io
+    import json
+
+    path = FIXTURES[0]
+    ops = classifier().ops
+    whole = tt.read_trace(path, ops)
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    events = data["traceEvents"]
+    k = next(i for i, e in enumerate(events) if e.get("cat") == "kernel" and "correlation" in e.get("args", {}))
+    args = events[k]["args"]
+    args["correlation"], args["stream"] = str(args["correlation"]), str(args["stream"])
+    events.insert(k + 1, {**events[k], "ts": "soon", "args": dict(args)})
+    odd = tt.read_trace_stream(io.BytesIO(json.dumps(data).encode()), ops, "odd")
+    assert odd.events == whole.events + 1 and odd.skipped_events == whole.skipped_events + 1
+    assert list(odd.gpu_corr) == list(whole.gpu_corr) and list(odd.gpu_stream) == list(whole.gpu_stream)
+    assert list(odd.gpu_ts) == list(whole.gpu_ts) and odd.launches == whole.launches

@@ -466,25 +466,27 @@ def _lenient(chunk: bytes) -> list[_Event]:
 
 
 RAW_ARGS = ("Input Dims", "Input type")
+INT_ARGS = ("correlation", "External id", "stream")
 
 
 def _convert(objs: list[Any]) -> list[_Event]:
-    """Decoded objects to events; the args kept raw are re-encoded (a Python list does not convert to msgspec.Raw)."""
+    """Decoded objects to events, field by field: a field of an unexpected type is dropped (the event is then skipped
+    where it needs that field, and counted), an id written as a string is read as the number; the args kept raw are
+    re-encoded (a Python list does not convert to msgspec.Raw)."""
     out = []
     for obj in objs:
-        args = obj.get("args") if isinstance(obj, dict) else None
-        if isinstance(args, dict) and any(k in args for k in RAW_ARGS):
-            raw = {k: msgspec.Raw(msgspec.json.encode(args[k])) for k in RAW_ARGS if k in args}
-            obj = {**obj, "args": {**args, **raw}}
-        try:
-            out.append(msgspec.convert(obj, _Event, strict=False))
-        except (msgspec.ValidationError, TypeError):
-            args = obj.get("args") if isinstance(obj, dict) else None
-            keep = {k: obj.get(k) for k in ("ph", "cat", "name", "ts", "dur", "pid", "tid")} if args else obj
-            try:
-                out.append(msgspec.convert(keep, _Event, strict=False))
-            except (msgspec.ValidationError, TypeError):
-                continue
+        if not isinstance(obj, dict):
+            continue
+        fields = {k: v for k in ("ph", "cat", "name") if isinstance(v := obj.get(k), str)}
+        fields |= {k: float(v) for k in ("ts", "dur") if type(v := obj.get(k)) in (int, float)}
+        fields |= {k: obj.get(k) for k in ("pid", "tid")}
+        args = obj.get("args")
+        if isinstance(args, dict):
+            kept = {k: v for k, v in args.items() if k not in INT_ARGS and k not in RAW_ARGS}
+            kept |= {k: n for k in INT_ARGS if (n := _int(args.get(k))) is not None}
+            kept |= {k: msgspec.Raw(msgspec.json.encode(args[k])) for k in RAW_ARGS if k in args}
+            fields["args"] = kept
+        out.append(msgspec.convert(fields, _Event, strict=False))
     return out
 
 
