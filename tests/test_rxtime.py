@@ -28,7 +28,22 @@ def stamping_pair() -> tuple[socket.socket, StampingSocket]:
     finally:
         server.close()
     assert isinstance(receiver, StampingSocket)
+    _until_the_kernel_stamps_arrivals(sender, receiver)
     return sender, receiver
+
+
+def _until_the_kernel_stamps_arrivals(sender: socket.socket, receiver: StampingSocket) -> None:
+    """Linux turns receive stamping on lazily (a static key flipped by deferred work) when the first socket asks for
+    it; until then a packet is stamped as it is read, the fallback. Wait for stamps taken on arrival (2 s at most)."""
+    if not receiver.stamped:
+        return
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        sender.sendall(b".")
+        time.sleep(0.02)
+        assert receiver.recv(16) == b"."
+        if receiver.arrived_at < time.monotonic() - 0.01:
+            return
 
 
 def test_a_late_read_is_stamped_when_its_bytes_arrived():

@@ -8,6 +8,9 @@ the sender's write), so a read's stamp is when its bytes arrived, however late t
 A read that returns several packets carries the stamp of the last one: events that piled up while the reader was
 busy share one arrival time, as they would with a user-space stamp. Where the kernel gives no stamp (not Linux,
 the option refused) the read is stamped with ``time.monotonic()`` when it returns, as before.
+Linux turns stamping on lazily: the first socket to ask flips a static key through deferred work, and a packet
+that lands before that is stamped by the kernel as it is read, so the first reads on a quiet system may carry
+their read time (the fallback's time, never a wrong one).
 
 Stamps are ``time.monotonic()`` seconds: the kernel's wall-clock stamp is moved onto the monotonic clock by the
 offset between the two clocks, measured from back-to-back readings (the tightest of a few, so that a process
