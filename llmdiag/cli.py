@@ -22,6 +22,7 @@ import typer
 
 from llmdiag import __version__
 from llmdiag.collect import DEFAULT_DURATION_SECONDS, DEFAULT_MAX_METRICS_BYTES
+from llmdiag.config import load_settings  # pydantic only, which typer's option parsing loads anyway
 from llmdiag.errors import LlmdiagError, UsageError
 
 if TYPE_CHECKING:
@@ -349,7 +350,6 @@ def scan(
     """Watch a live server for a window and say what limits it; several servers are compared as a fleet."""
     from llmdiag.api import diagnose
     from llmdiag.collect.metrics import TelemetryOptions
-    from llmdiag.config import load_settings
 
     if prometheus is not None:
         scan_prometheus(
@@ -412,7 +412,6 @@ def scan_fleet(
     finding (a replica's or the fleet's) against --fail-on."""
     from llmdiag.api import diagnose_fleet
     from llmdiag.check import connection_for
-    from llmdiag.config import load_settings
     from llmdiag.model import Severity
     from llmdiag.render.fleet import render_fleet
     from llmdiag.targets import read_targets_file, url_targets
@@ -491,7 +490,6 @@ def scan_prometheus(
     worst step's, for a timeline) against --fail-on; 2 when Prometheus cannot be read or the arguments are wrong."""
     from llmdiag.api import diagnose_prometheus_fleet, diagnose_prometheus_fleet_timeline
     from llmdiag.collect.promql import PrometheusSource, parse_duration, parse_time
-    from llmdiag.config import load_settings
     from llmdiag.model import Severity
     from llmdiag.render.fleet import render_fleet
 
@@ -635,7 +633,6 @@ def demo(
 ) -> None:
     """Start the built-in simulated vLLM in a known state, load it, scan it and print the verdict."""
     from llmdiag.api import run_demo
-    from llmdiag.config import load_settings
     from llmdiag.render.files import write_atomic
     from llmdiag.render.json import render_json
 
@@ -744,7 +741,6 @@ def trace(
 ) -> None:
     """Analyse PyTorch profiler (Kineto) traces: GPU busy, communication share, exposed communication, collectives
     with their bandwidth, and the straggler rank. Exit 2 when a trace could not be used (after the rest is shown)."""
-    from llmdiag.config import load_settings
     from llmdiag.engine.trace import analyze_traces, problems_as_error
     from llmdiag.render.files import write_atomic
 
@@ -802,7 +798,6 @@ def analyze(
     """Diagnose from saved /metrics dumps or server logs (bug reports, past incidents)."""
     from llmdiag.api import diagnose_files, diagnose_logs
     from llmdiag.collect.logs import looks_like_log
-    from llmdiag.config import load_settings
 
     try:
         check_outputs(as_json, markdown)
@@ -886,7 +881,6 @@ def load(
     from llmdiag.collect.http import Connection
     from llmdiag.collect.load import LoadPlan, TokenLengths
     from llmdiag.collect.metrics import TelemetryOptions
-    from llmdiag.config import load_settings
     from llmdiag.render.files import write_atomic
     from llmdiag.render.load import render_load
 
@@ -1125,7 +1119,6 @@ def check(
     import socket
 
     from llmdiag.check import CheckReport, State, run_check, run_prometheus_check
-    from llmdiag.config import load_settings
     from llmdiag.history import History, default_history_path
     from llmdiag.render.nagios import render_nagios
     from llmdiag.render.textfile import push, write_textfile
@@ -1228,7 +1221,6 @@ def history_cmd(
     import dataclasses
     import json
 
-    from llmdiag.config import load_settings
     from llmdiag.history import History, default_history_path
     from llmdiag.render.history import render_history
 
