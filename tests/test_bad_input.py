@@ -7,14 +7,53 @@ Every case runs `python -m llmdiag …` in a subprocess (``run_cli``) against a 
 from __future__ import annotations
 
 import json
+import os
+import re
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import CliResult, run_cli
 from tests.httpserver import Reply, ScriptedServer
+
+# The golden pins: every case's exit code and ERROR/HINT lines, less ports, temporary paths and the Python
+# version in a server header. LLMDIAG_GOLDEN_RECORD=1 rewrites them (an intended change, in its own commit).
+PINS = Path(__file__).resolve().parent / "e2e" / "golden" / "bad_input.json"
+_seen: list[list[object]] | None = None
+
+
+def _normalised(text: str, tmp: str) -> str:
+    text = text.replace(tmp, "TMP") if tmp else text
+    text = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", text)
+    return re.sub(r"Python/[0-9.]+", "Python/X", text)
+
+
+@pytest.fixture(autouse=True)
+def pinned(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Compares what this case printed with its pin (see PINS)."""
+    global _seen
+    _seen = []
+    tmp = str(request.getfixturevalue("tmp_path")) if "tmp_path" in request.fixturenames else ""
+    yield
+    got = [[code, [_normalised(line, tmp) for line in lines]] for code, lines in _seen]
+    _seen = None
+    pins = json.loads(PINS.read_text()) if PINS.exists() else {}
+    if os.environ.get("LLMDIAG_GOLDEN_RECORD") == "1":
+        pins[request.node.name] = got
+        PINS.write_text(json.dumps(dict(sorted(pins.items())), indent=1, ensure_ascii=False) + "\n")
+    elif got:
+        assert pins.get(request.node.name) == got, "the ERROR/HINT lines changed (LLMDIAG_GOLDEN_RECORD=1 re-pins)"
+
+
+def pin(result: CliResult) -> CliResult:
+    """Keep this result's exit code and ERROR/HINT lines for the case's pin."""
+    if _seen is not None:
+        lines = [line for line in result.stderr.splitlines() if line.startswith(("ERROR:", "HINT:"))]
+        _seen.append([result.returncode, lines])
+    return result
 
 # A scan window short enough to keep the file fast: 3 scrapes, 0.5 s apart.
 FAST = ("--duration", "1", "--timeout", "1")
@@ -105,6 +144,7 @@ def free_port() -> int:
 
 def assert_clean_error(result: CliResult) -> tuple[str, str]:
     """The contract: exit 2, no traceback, stderr is exactly one ERROR line then one HINT line."""
+    pin(result)
     everything = result.stdout + result.stderr
     assert "Traceback" not in everything, everything
     assert result.returncode == 2, everything
@@ -572,14 +612,14 @@ def test_insecure_flag_is_accepted_on_plain_http():
 
 
 def test_gpu_without_model_shape_is_a_usage_error():
-    result = run_cli("scan", "http://127.0.0.1:9", "--gpu", "H100")
+    result = pin(run_cli("scan", "http://127.0.0.1:9", "--gpu", "H100"))
     assert result.returncode == 2
     assert "--gpu and --model-shape go together" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_unknown_gpu_names_the_known_ones():
-    result = run_cli("scan", "http://127.0.0.1:9", "--gpu", "TPUv9", "--model-shape", "llama-3-8b")
+    result = pin(run_cli("scan", "http://127.0.0.1:9", "--gpu", "TPUv9", "--model-shape", "llama-3-8b"))
     assert result.returncode == 2
     assert "H100" in result.stderr and "HINT:" in result.stderr
     assert "Traceback" not in result.stderr
