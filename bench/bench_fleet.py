@@ -70,18 +70,30 @@ def direct_targets(args: argparse.Namespace) -> list[dict]:
         targets = [(t.name, Connection(base_url=t.url, timeout_seconds=5.0)) for t in url_targets(urls)]
         for concurrency in args.concurrency:
             started = time.monotonic()
-            report = diagnose_fleet(targets, args.window, concurrency=concurrency,
-                                    target_timeout_seconds=args.window + 60)  # fmt: skip
+            report = diagnose_fleet(
+                targets, args.window, concurrency=concurrency, target_timeout_seconds=args.window + 60
+            )
             wall = time.monotonic() - started
             ideal = math.ceil(len(targets) / concurrency) * args.window
-            row = {"section": "direct", "targets": len(targets), "instances": args.instances,
-                   "concurrency": concurrency, "window_seconds": args.window, "wall_seconds": round(wall, 2),
-                   "ideal_seconds": ideal, "judged": report.probed(), "class_counts": report.class_counts,
-                   "errors": sorted({t.error for t in report.targets if t.error})[:3]}  # fmt: skip
+            row = {
+                "section": "direct",
+                "targets": len(targets),
+                "instances": args.instances,
+                "concurrency": concurrency,
+                "window_seconds": args.window,
+                "wall_seconds": round(wall, 2),
+                "ideal_seconds": ideal,
+                "judged": report.probed(),
+                "class_counts": report.class_counts,
+                "errors": sorted({t.error for t in report.targets if t.error})[:3],
+            }
             rows.append(row)
-            print(f"direct: {len(targets)} targets on {args.instances} simulator instances, concurrency "
-                  f"{concurrency}, window {args.window:g} s: {wall:.1f} s wall (ideal {ideal:g} s); judged "
-                  f"{report.probed()}/{len(targets)}; classes {report.class_counts}", flush=True)  # fmt: skip
+            print(
+                f"direct: {len(targets)} targets on {args.instances} simulator instances, concurrency "
+                f"{concurrency}, window {args.window:g} s: {wall:.1f} s wall (ideal {ideal:g} s); judged "
+                f"{report.probed()}/{len(targets)}; classes {report.class_counts}",
+                flush=True,
+            )
     return rows
 
 
@@ -108,13 +120,23 @@ def prometheus_targets(args: argparse.Namespace) -> list[dict]:
                 classes: dict[str, int] = {}
                 for verdict in verdicts.values():
                     classes[verdict.bottleneck.value] = classes.get(verdict.bottleneck.value, 0) + 1
-                row = {"section": "prometheus", "targets": count, "instances": args.instances,
-                       "queries": result.queries, "wall_seconds": round(wall, 2), "judged": len(verdicts),
-                       "class_counts": classes, "window_seconds": result.window_seconds}  # fmt: skip
+                row = {
+                    "section": "prometheus",
+                    "targets": count,
+                    "instances": args.instances,
+                    "queries": result.queries,
+                    "wall_seconds": round(wall, 2),
+                    "judged": len(verdicts),
+                    "class_counts": classes,
+                    "window_seconds": result.window_seconds,
+                }
                 rows.append(row)
-                print(f"prometheus: {count} targets ({args.instances} simulator instances behind {count} scrape "
-                      f"jobs): {result.queries} queries, {wall:.2f} s wall; judged {len(verdicts)}; classes "
-                      f"{classes}", flush=True)  # fmt: skip
+                print(
+                    f"prometheus: {count} targets ({args.instances} simulator instances behind {count} scrape "
+                    f"jobs): {result.queries} queries, {wall:.2f} s wall; judged {len(verdicts)}; classes "
+                    f"{classes}",
+                    flush=True,
+                )
     return rows
 
 

@@ -258,7 +258,8 @@ def run_ours(trace_dir: Path) -> tuple[Run, dict | None, str]:
             "comm_share": r.get("comm_share_ratio"),
             "overlap": r.get("overlap_ratio"),
             "idle_share": None if r.get("busy_ratio") is None else 1 - r["busy_ratio"],
-            "compute_share_of_span": r["compute_seconds"] / span if span and r.get("compute_seconds") is not None
+            "compute_share_of_span": r["compute_seconds"] / span
+            if span and r.get("compute_seconds") is not None
             else None,
         }
     return run, {"ranks": per_rank, "parse_seconds": data.get("parse_seconds"), "exit": run.returncode}, ""
@@ -281,26 +282,37 @@ def compare(name: str, trace_dir: Path, hta_python_path: Path, size_bytes: int) 
     hta_run, hta, hta_err = run_hta(hta_python_path, trace_dir)
     log(f"{name}: llmdiag trace …")
     our_run, ours, our_err = run_ours(trace_dir)
-    result = {"set": name, "dir": str(trace_dir), "json_bytes": size_bytes, "hta_error": hta_err, "our_error": our_err,
-              "hta": vars(hta_run) | {"stdout": "", "stderr": hta_run.stderr[-2000:]},
-              "ours": vars(our_run) | {"stdout": "", "stderr": our_run.stderr[-2000:]},
-              "hta_numbers": hta, "our_numbers": ours, "ranks": []}  # fmt: skip
+    result = {
+        "set": name,
+        "dir": str(trace_dir),
+        "json_bytes": size_bytes,
+        "hta_error": hta_err,
+        "our_error": our_err,
+        "hta": vars(hta_run) | {"stdout": "", "stderr": hta_run.stderr[-2000:]},
+        "ours": vars(our_run) | {"stdout": "", "stderr": our_run.stderr[-2000:]},
+        "hta_numbers": hta,
+        "our_numbers": ours,
+        "ranks": [],
+    }
     if hta and ours:
         for rank in sorted(set(hta["ranks"]) | set(ours["ranks"])):
             h, o = hta["ranks"].get(rank, {}), ours["ranks"].get(rank, {})
-            result["ranks"].append({
-                "rank": rank,
-                **{f"hta_{k}": h.get(k) for k in ("comm_share", "overlap", "idle_share", "compute_share_of_span")},
-                **{f"our_{k}": o.get(k) for k in ("comm_share", "overlap", "idle_share", "compute_share_of_span")},
-                "comm_pp": pp(h.get("comm_share"), o.get("comm_share")),
-                "overlap_pp": pp(h.get("overlap"), o.get("overlap")),
-                "idle_pp": pp(h.get("idle_share"), o.get("idle_share")),
-            })  # fmt: skip
+            result["ranks"].append(
+                {
+                    "rank": rank,
+                    **{f"hta_{k}": h.get(k) for k in ("comm_share", "overlap", "idle_share", "compute_share_of_span")},
+                    **{f"our_{k}": o.get(k) for k in ("comm_share", "overlap", "idle_share", "compute_share_of_span")},
+                    "comm_pp": pp(h.get("comm_share"), o.get("comm_share")),
+                    "overlap_pp": pp(h.get("overlap"), o.get("overlap")),
+                    "idle_pp": pp(h.get("idle_share"), o.get("idle_share")),
+                }
+            )
     result["speedup"] = hta_run.wall_seconds / our_run.wall_seconds if our_run.wall_seconds else None
     api = (hta or {}).get("api_seconds", 0)
     result["speedup_vs_api"] = api / our_run.wall_seconds if our_run.wall_seconds else None
-    result["memory_share"] = (our_run.peak_tree_rss_bytes / hta_run.peak_tree_rss_bytes
-                              if hta_run.peak_tree_rss_bytes else None)  # fmt: skip
+    result["memory_share"] = (
+        our_run.peak_tree_rss_bytes / hta_run.peak_tree_rss_bytes if hta_run.peak_tree_rss_bytes else None
+    )
     return result
 
 
@@ -312,45 +324,67 @@ def print_set(r: dict) -> None:
     if r["our_error"]:
         print(f"   llmdiag trace failed: {r['our_error']}")
     if r["ranks"]:
-        print(f"   {'rank':>4}  {'comm% HTA':>9} {'ours':>6} {'|pp|':>5}   {'overlap% HTA':>12} {'ours':>6} {'|pp|':>5}"
-              f"   {'idle% HTA':>9} {'ours':>6}")  # fmt: skip
+        print(
+            f"   {'rank':>4}  {'comm% HTA':>9} {'ours':>6} {'|pp|':>5}   {'overlap% HTA':>12} {'ours':>6} {'|pp|':>5}"
+            f"   {'idle% HTA':>9} {'ours':>6}"
+        )
         for x in r["ranks"]:
+
             def d(v: float | None) -> str:
                 return "  -  " if v is None else f"{v:5.2f}"
 
-            print(f"   {x['rank']:>4}  {pct(x['hta_comm_share']):>9} {pct(x['our_comm_share'])} {d(x['comm_pp'])}"
-                  f"   {pct(x['hta_overlap']):>12} {pct(x['our_overlap'])} {d(x['overlap_pp'])}"
-                  f"   {pct(x['hta_idle_share']):>9} {pct(x['our_idle_share'])}")  # fmt: skip
+            print(
+                f"   {x['rank']:>4}  {pct(x['hta_comm_share']):>9} {pct(x['our_comm_share'])} {d(x['comm_pp'])}"
+                f"   {pct(x['hta_overlap']):>12} {pct(x['our_overlap'])} {d(x['overlap_pp'])}"
+                f"   {pct(x['hta_idle_share']):>9} {pct(x['our_idle_share'])}"
+            )
     h, o = r["hta"], r["ours"]
     api = (r["hta_numbers"] or {}).get("api_seconds")
-    print(f"   wall: HTA {h['wall_seconds']:.2f} s (its API calls {api or 0:.2f} s, CPU {h['cpu_seconds']:.1f} s), "
-          f"ours {o['wall_seconds']:.2f} s (CPU {o['cpu_seconds']:.1f} s): "
-          f"{r['speedup'] or 0:.1f}x faster ({r['speedup_vs_api'] or 0:.1f}x against HTA's API time alone)")
-    print(f"   peak memory (process tree): HTA {h['peak_tree_rss_bytes'] / 1e6:.0f} MB, ours "
-          f"{o['peak_tree_rss_bytes'] / 1e6:.0f} MB: {100 * (r['memory_share'] or 0):.1f} % of HTA's "
-          f"(largest single process: HTA {h['max_rss_bytes'] / 1e6:.0f} MB, ours {o['max_rss_bytes'] / 1e6:.0f} MB)")
+    print(
+        f"   wall: HTA {h['wall_seconds']:.2f} s (its API calls {api or 0:.2f} s, CPU {h['cpu_seconds']:.1f} s), "
+        f"ours {o['wall_seconds']:.2f} s (CPU {o['cpu_seconds']:.1f} s): "
+        f"{r['speedup'] or 0:.1f}x faster ({r['speedup_vs_api'] or 0:.1f}x against HTA's API time alone)"
+    )
+    print(
+        f"   peak memory (process tree): HTA {h['peak_tree_rss_bytes'] / 1e6:.0f} MB, ours "
+        f"{o['peak_tree_rss_bytes'] / 1e6:.0f} MB: {100 * (r['memory_share'] or 0):.1f} % of HTA's "
+        f"(largest single process: HTA {h['max_rss_bytes'] / 1e6:.0f} MB, ours {o['max_rss_bytes'] / 1e6:.0f} MB)"
+    )
 
 
 def targets(results: list[dict]) -> list[str]:
     lines = []
-    diffs = [(r["set"], x["rank"], k, x[k]) for r in results for x in r["ranks"] for k in ("comm_pp", "overlap_pp")
-             if x[k] is not None]  # fmt: skip
+    diffs = [
+        (r["set"], x["rank"], k, x[k])
+        for r in results
+        for x in r["ranks"]
+        for k in ("comm_pp", "overlap_pp")
+        if x[k] is not None
+    ]
     worst = max(diffs, key=lambda d: d[3], default=None)
     over = [d for d in diffs if d[3] > TARGET_PP]
-    lines.append(f"agreement within {TARGET_PP} pp: {'MET' if diffs and not over else 'NOT MET'} "
-                 f"({len(diffs) - len(over)}/{len(diffs)} figures; worst {worst[3]:.2f} pp, {worst[0]} rank "
-                 f"{worst[1]} {worst[2]})" if worst else "agreement: no figures to compare")  # fmt: skip
+    lines.append(
+        f"agreement within {TARGET_PP} pp: {'MET' if diffs and not over else 'NOT MET'} "
+        f"({len(diffs) - len(over)}/{len(diffs)} figures; worst {worst[3]:.2f} pp, {worst[0]} rank "
+        f"{worst[1]} {worst[2]})"
+        if worst
+        else "agreement: no figures to compare"
+    )
     for d in over:
         lines.append(f"   over: {d[0]} rank {d[1]} {d[2]} {d[3]:.2f} pp")
     ok = [r for r in results if r["speedup"] and r["memory_share"] is not None and not r["our_error"]]
     slow = [r for r in ok if r["speedup"] < TARGET_SPEEDUP]
-    lines.append(f"≥ {TARGET_SPEEDUP:.0f}x faster (wall): {'MET' if ok and not slow else 'NOT MET'}, met on "
-                 f"{len(ok) - len(slow)} of {len(ok)} sets" + ("; below: " + ", ".join(
-                     f"{r['set']} {r['speedup']:.1f}x" for r in slow) if slow else ""))  # fmt: skip
+    lines.append(
+        f"≥ {TARGET_SPEEDUP:.0f}x faster (wall): {'MET' if ok and not slow else 'NOT MET'}, met on "
+        f"{len(ok) - len(slow)} of {len(ok)} sets"
+        + ("; below: " + ", ".join(f"{r['set']} {r['speedup']:.1f}x" for r in slow) if slow else "")
+    )
     fat = [r for r in ok if r["memory_share"] > TARGET_MEMORY_SHARE]
-    lines.append(f"≤ {TARGET_MEMORY_SHARE:.0%} of HTA's peak memory: {'MET' if ok and not fat else 'NOT MET'}, met on "
-                 f"{len(ok) - len(fat)} of {len(ok)} sets" + ("; above: " + ", ".join(
-                     f"{r['set']} {r['memory_share']:.0%}" for r in fat) if fat else ""))  # fmt: skip
+    lines.append(
+        f"≤ {TARGET_MEMORY_SHARE:.0%} of HTA's peak memory: {'MET' if ok and not fat else 'NOT MET'}, met on "
+        f"{len(ok) - len(fat)} of {len(ok)} sets"
+        + ("; above: " + ", ".join(f"{r['set']} {r['memory_share']:.0%}" for r in fat) if fat else "")
+    )
     return lines
 
 
@@ -379,21 +413,29 @@ def main() -> int:
     names = [s.strip() for s in ns.sets.split(",") if s.strip()]
     missing = [s for s in names if not (SHARED_TRACES / s).is_dir()]
     if missing or ns.large_mb <= 0:
-        print(f"ERROR: no trace set {', '.join(missing)} under {SHARED_TRACES}" if missing
-              else "ERROR: --large-mb must be positive", file=sys.stderr)  # fmt: skip
+        print(
+            f"ERROR: no trace set {', '.join(missing)} under {SHARED_TRACES}"
+            if missing
+            else "ERROR: --large-mb must be positive",
+            file=sys.stderr,
+        )
         print(f"HINT: sets are folders of {SHARED_TRACES}: {', '.join(REAL_SETS)}", file=sys.stderr)
         return 2
     python = ensure_hta()
     stamp = json.loads((hta_venv() / HTA_STAMP).read_text())
-    print(f"HTA {HTA_VERSION} venv: {hta_venv()} (built in {stamp.get('seconds', 0):.0f} s, "
-          f"{stamp.get('bytes', 0) / 1e6:.0f} MB); llmdiag: {sys.executable}")  # fmt: skip
+    print(
+        f"HTA {HTA_VERSION} venv: {hta_venv()} (built in {stamp.get('seconds', 0):.0f} s, "
+        f"{stamp.get('bytes', 0) / 1e6:.0f} MB); llmdiag: {sys.executable}"
+    )
     sets = [(name, SHARED_TRACES / name) for name in names]
     if not ns.no_large:
         started = time.perf_counter()
         written = ensure_large(ns.large_dir, ns.large_mb)
         how = "reused" if all(w.get("reused") for w in written) else f"built in {time.perf_counter() - started:.0f} s"
-        print(f"large set: {ns.large_dir}: {len(written)} ranks x {written[0]['copies']} copies of a real DLRM step, "
-              f"{sum(w['bytes'] for w in written) / 1e6:.0f} MB of JSON ({how})")  # fmt: skip
+        print(
+            f"large set: {ns.large_dir}: {len(written)} ranks x {written[0]['copies']} copies of a real DLRM step, "
+            f"{sum(w['bytes'] for w in written) / 1e6:.0f} MB of JSON ({how})"
+        )
         sets.append((f"large ({ns.large_mb:.0f} MB/rank)", ns.large_dir))
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (shared: wall-time ratios are noisy)")
     results = []

@@ -58,8 +58,10 @@ def matmul_load(stop: threading.Event, device: str) -> None:
 def show(title: str, signals: SignalSet) -> None:
     print(f"\n== {title} ({signals.window.scrapes} samples over {signals.window.duration_seconds or 0:.1f} s)")
     for name, signal in signals.signals.items():
-        body = f"unavailable: {signal.unavailable}" if signal.unavailable else ", ".join(
-            f"{k}={v:.4g}" for k, v in signal.stats.items()
+        body = (
+            f"unavailable: {signal.unavailable}"
+            if signal.unavailable
+            else ", ".join(f"{k}={v:.4g}" for k, v in signal.stats.items())
         )
         print(f"  {name:38} {body}")
 
@@ -83,8 +85,9 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("ERROR: torch sees no CUDA device\nHINT: run this on a GPU machine", file=sys.stderr)
         return 2
-    library = RecordingNvml(pynvml, source=f"bench/gpu_check.py on {time.strftime('%Y-%m-%d')}") if args.record \
-        else pynvml
+    library = (
+        RecordingNvml(pynvml, source=f"bench/gpu_check.py on {time.strftime('%Y-%m-%d')}") if args.record else pynvml
+    )
     try:
         library.nvmlInit()
         sampler = NvmlSampler(library)
@@ -120,25 +123,44 @@ def main() -> int:
 
     checks: list[tuple[str, bool, str]] = []
     idle_util, load_util = stat(idle, "gpu_utilization_ratio", "mean"), stat(loaded, "gpu_utilization_ratio", "mean")
-    checks.append(("utilisation rises under load", load_util is not None and idle_util is not None
-                   and load_util >= 0.5 and load_util > idle_util + 0.3, f"idle {idle_util}, load {load_util}"))
+    checks.append(
+        (
+            "utilisation rises under load",
+            load_util is not None and idle_util is not None and load_util >= 0.5 and load_util > idle_util + 0.3,
+            f"idle {idle_util}, load {load_util}",
+        )
+    )
     used_idle, used_load = stat(idle, "gpu_memory_used_bytes", "mean"), stat(loaded, "gpu_memory_used_bytes", "min")
     if used_idle is not None and used_load is not None and reserved_delta > 0:
         error = abs((used_load - used_idle) - reserved_delta) / reserved_delta
-        checks.append(("memory used grows by what torch reserved (±5 %)", error <= MEMORY_TOLERANCE_RATIO,
-                       f"NVML +{(used_load - used_idle) / 2**30:.2f} GiB, torch +{reserved_delta / 2**30:.2f} GiB, "
-                       f"error {error:.1%}"))
+        checks.append(
+            (
+                "memory used grows by what torch reserved (±5 %)",
+                error <= MEMORY_TOLERANCE_RATIO,
+                f"NVML +{(used_load - used_idle) / 2**30:.2f} GiB, torch +{reserved_delta / 2**30:.2f} GiB, "
+                f"error {error:.1%}",
+            )
+        )
     else:
         checks.append(("memory used grows by what torch reserved (±5 %)", False, "memory signals unavailable"))
     sm_max, sm_peak = stat(loaded, "sm_clock_max_hertz", "max"), stat(loaded, "sm_clock_hertz", "max")
-    checks.append(("SM clock within its maximum", sm_max is not None and sm_peak is not None
-                   and 0 < sm_peak <= sm_max * 1.01, f"peak {sm_peak}, max {sm_max}"))
+    checks.append(
+        (
+            "SM clock within its maximum",
+            sm_max is not None and sm_peak is not None and 0 < sm_peak <= sm_max * 1.01,
+            f"peak {sm_peak}, max {sm_max}",
+        )
+    )
     power_peak, power_limit = stat(loaded, "gpu_power_watts", "max"), stat(loaded, "gpu_power_limit_watts", "max")
-    checks.append(("power within the enforced limit", power_peak is not None and power_limit is not None
-                   and 0 < power_peak <= power_limit * 1.05, f"peak {power_peak} W, limit {power_limit} W"))
+    checks.append(
+        (
+            "power within the enforced limit",
+            power_peak is not None and power_limit is not None and 0 < power_peak <= power_limit * 1.05,
+            f"peak {power_peak} W, limit {power_limit} W",
+        )
+    )
     temperature = stat(loaded, "gpu_temperature_celsius", "max")
-    checks.append(("temperature plausible", temperature is not None and 10 <= temperature <= 100,
-                   f"{temperature} °C"))
+    checks.append(("temperature plausible", temperature is not None and 10 <= temperature <= 100, f"{temperature} °C"))
     print("\n== checks")
     for name, ok, detail in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {name}: {detail}")

@@ -169,19 +169,27 @@ def ensure() -> Path:
     return venv
 
 
-def guidellm_command(url: str, model: str, streams: int, seconds: float, prompt_tokens: int, output_tokens: int,
-                     out_json: Path) -> list[str]:  # fmt: skip
+def guidellm_command(
+    url: str, model: str, streams: int, seconds: float, prompt_tokens: int, output_tokens: int, out_json: Path
+) -> list[str]:
     """``guidellm run`` for a closed loop of ``streams`` concurrent streaming requests for ``seconds``."""
     return [
-        str(guidellm_bin()), "run",
-        "--backend", f"kind=openai_http,target={url},model={model}",
-        "--profile", f"kind=concurrent,streams={streams}",
-        "--constraint", f"kind=max_duration,seconds={seconds:g}",
-        "--tokenizer", f"kind=huggingface_auto,model={tokenizer_dir()}",
-        "--data", f"kind=synthetic_text,prompt_tokens={prompt_tokens},output_tokens={output_tokens}",
-        "--output", f"kind=json,path={out_json}",
+        str(guidellm_bin()),
+        "run",
+        "--backend",
+        f"kind=openai_http,target={url},model={model}",
+        "--profile",
+        f"kind=concurrent,streams={streams}",
+        "--constraint",
+        f"kind=max_duration,seconds={seconds:g}",
+        "--tokenizer",
+        f"kind=huggingface_auto,model={tokenizer_dir()}",
+        "--data",
+        f"kind=synthetic_text,prompt_tokens={prompt_tokens},output_tokens={output_tokens}",
+        "--output",
+        f"kind=json,path={out_json}",
         "--disable-progress",
-    ]  # fmt: skip
+    ]
 
 
 def check_against_sim() -> int:

@@ -88,8 +88,9 @@ class SimProcess:
     with ``record_timings`` (which ``sim serve`` has no flag for), ``SimServer(..., record_timings=True)`` in a
     ``python -c`` child. SIGINT stops either."""
 
-    def __init__(self, preset: str = PRESET, time_scale: float = 1.0, record_timings: int = 0,
-                 firehose_tick: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, preset: str = PRESET, time_scale: float = 1.0, record_timings: int = 0, firehose_tick: float | None = None
+    ) -> None:
         self.firehose_tick = firehose_tick  # not None: the bench's firehose server instead of the simulator
         self.preset = preset
         self.time_scale = time_scale
@@ -103,13 +104,36 @@ class SimProcess:
         if self.firehose_tick is not None:
             cmd = [sys.executable, str(Path(__file__).resolve()), FIREHOSE_FLAG, f"{self.firehose_tick!r}"]
         elif self.record_timings:
-            cmd = [sys.executable, "-c", SIM_WITH_TIMINGS, self.preset, f"{self.time_scale!r}",
-                   str(self.record_timings)]  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-c",
+                SIM_WITH_TIMINGS,
+                self.preset,
+                f"{self.time_scale!r}",
+                str(self.record_timings),
+            ]
         else:
-            cmd = [sys.executable, "-m", "llmdiag", "sim", "serve", "--preset", self.preset, "--port", "0",
-                   "--time-scale", f"{self.time_scale!r}"]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
-                                     env={**os.environ, "COLUMNS": "400"})  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "llmdiag",
+                "sim",
+                "serve",
+                "--preset",
+                self.preset,
+                "--port",
+                "0",
+                "--time-scale",
+                f"{self.time_scale!r}",
+            ]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO_ROOT,
+            env={**os.environ, "COLUMNS": "400"},
+        )
         assert self.proc.stdout is not None
         deadline = time.monotonic() + 60
         seen = []
@@ -197,8 +221,18 @@ class Sampler(threading.Thread):
         try:
             s = self.sim.stats()
             finished = sum(s["request_success"].values())
-            self.samples.append(Sample(time.monotonic(), self.tree_cpu(), self.sim.cpu(), s["generation_tokens"],
-                                       s["prompt_tokens"], finished, s["lag_seconds"], machine_busy()))  # fmt: skip
+            self.samples.append(
+                Sample(
+                    time.monotonic(),
+                    self.tree_cpu(),
+                    self.sim.cpu(),
+                    s["generation_tokens"],
+                    s["prompt_tokens"],
+                    finished,
+                    s["lag_seconds"],
+                    machine_busy(),
+                )
+            )
         except (OSError, ValueError, psutil.Error):
             pass
 
@@ -265,9 +299,16 @@ def steady_window(samples: list[Sample], skip: float, tail: float) -> Window:
         if pid not in b.client_cpu:
             last = max((s.client_cpu[pid] for s in inside if pid in s.client_cpu), default=start)
             cpu += last - start
-    return Window(b.t - a.t, cpu, b.sim_cpu - a.sim_cpu, b.generation_tokens - a.generation_tokens,
-                  b.finished - a.finished, b.prompt_tokens - a.prompt_tokens, b.lag - a.lag,
-                  b.machine_busy - a.machine_busy)  # fmt: skip
+    return Window(
+        b.t - a.t,
+        cpu,
+        b.sim_cpu - a.sim_cpu,
+        b.generation_tokens - a.generation_tokens,
+        b.finished - a.finished,
+        b.prompt_tokens - a.prompt_tokens,
+        b.lag - a.lag,
+        b.machine_busy - a.machine_busy,
+    )
 
 
 @dataclass
@@ -368,14 +409,28 @@ def run_guidellm(sim: SimProcess, users: int, seconds: float, prompt: int, outpu
 DRIVER_FLAG = "--_driver"
 
 
-def run_ours(sim: SimProcess, users: int, seconds: float, prompt: int, output: int,
-             records: Path | None = None, output_spread: float = 0.0) -> ClientRun:  # fmt: skip
+def run_ours(
+    sim: SimProcess,
+    users: int,
+    seconds: float,
+    prompt: int,
+    output: int,
+    records: Path | None = None,
+    output_spread: float = 0.0,
+) -> ClientRun:
     """Our client in a child process (``DRIVER_FLAG``): the closed loop for ``seconds``; a summary on stdout, and
     with ``records`` every request's timings written there after the load ends."""
     run = ClientRun("library", users, seconds, prompt, output, sim.time_scale)
-    spec = {"url": sim.url, "model": sim.model, "users": users, "seconds": seconds, "prompt_tokens": prompt,
-            "output_tokens": output, "output_spread": output_spread,
-            "records": str(records) if records else None}  # fmt: skip
+    spec = {
+        "url": sim.url,
+        "model": sim.model,
+        "users": users,
+        "seconds": seconds,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "output_spread": output_spread,
+        "records": str(records) if records else None,
+    }
     cmd = [sys.executable, str(Path(__file__).resolve()), DRIVER_FLAG, json.dumps(spec)]
     m = measure(cmd, sim, timeout=seconds + 120)
     run.rc, run.wall, run.cpu_whole = m.rc, m.wall, m.cpu
@@ -400,9 +455,27 @@ def run_cli(sim: SimProcess, users: int, seconds: float, prompt: int, output: in
     run = ClientRun("load CLI", users, seconds, prompt, output if isinstance(output, int) else 0, sim.time_scale)
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "load.json"
-        cmd = [sys.executable, "-m", "llmdiag", "load", sim.url, "--users", str(users), "--duration", f"{seconds:g}",
-               "--warmup", "0", "--prompt-tokens", str(prompt), "--output-tokens", str(output), "--chat",
-               "--no-nvml", "--output", str(report)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "llmdiag",
+            "load",
+            sim.url,
+            "--users",
+            str(users),
+            "--duration",
+            f"{seconds:g}",
+            "--warmup",
+            "0",
+            "--prompt-tokens",
+            str(prompt),
+            "--output-tokens",
+            str(output),
+            "--chat",
+            "--no-nvml",
+            "--output",
+            str(report),
+        ]
         m = measure(cmd, sim, timeout=seconds + 180)
         run.rc, run.wall, run.cpu_whole = m.rc, m.wall, m.cpu
         run.window = steady_window(m.samples, skip=max(2.0, seconds * 0.15), tail=max(1.0, seconds * 0.05))
@@ -443,8 +516,7 @@ def driver_main(spec: dict[str, Any]) -> int:
 
     async def run() -> list[Any]:
         async with OpenAIClient(spec["url"], model=spec["model"]) as client:
-            return await closed_loop(client, spec["users"], plan, duration_seconds=spec["seconds"],
-                                     max_requests=None)  # fmt: skip
+            return await closed_loop(client, spec["users"], plan, duration_seconds=spec["seconds"], max_requests=None)
 
     profile_path = os.environ.get("LOAD_CLIENT_PROFILE")  # cProfile the client's run into this file
     if profile_path:
@@ -471,9 +543,18 @@ def driver_main(spec: dict[str, Any]) -> int:
         "itl_ms": 1e3 * statistics.median(gaps) if gaps else None,
     }
     if spec.get("records"):
-        records = [{"id": r.request_id, "ok": r.ok, "started": r.started_at, "first_token": r.first_token_at,
-                    "token_times": r.token_times, "ended": r.ended_at, "output_tokens": r.output_tokens}
-                   for r in results]  # fmt: skip
+        records = [
+            {
+                "id": r.request_id,
+                "ok": r.ok,
+                "started": r.started_at,
+                "first_token": r.first_token_at,
+                "token_times": r.token_times,
+                "ended": r.ended_at,
+                "output_tokens": r.output_tokens,
+            }
+            for r in results
+        ]
         Path(spec["records"]).write_text(json.dumps(records))
     print(json.dumps(summary), flush=True)
     return 0
@@ -524,20 +605,28 @@ class Agreement:
             return {k: percentile(values, v) for k, v in q.items()}
 
         return {
-            "users": self.users, "seconds": self.seconds, "output_spread": self.spread,
-            "requests_compared": self.requests_compared, "requests_without_timings": self.requests_without_timings,
-            "event_count_mismatches": self.event_count_mismatches, "gaps_compared": len(self.itl_diff_ms),
-            "ttft_abs_diff_ms": pct(self.ttft_diff_ms), "itl_abs_diff_ms": pct(self.itl_diff_ms),
+            "users": self.users,
+            "seconds": self.seconds,
+            "output_spread": self.spread,
+            "requests_compared": self.requests_compared,
+            "requests_without_timings": self.requests_without_timings,
+            "event_count_mismatches": self.event_count_mismatches,
+            "gaps_compared": len(self.itl_diff_ms),
+            "ttft_abs_diff_ms": pct(self.ttft_diff_ms),
+            "itl_abs_diff_ms": pct(self.itl_diff_ms),
             "itl_abs_diff_separate_reads_ms": pct(self.itl_diff_separate_reads_ms),
             "gaps_in_one_read": len(self.itl_diff_ms) - len(self.itl_diff_separate_reads_ms),
-            "delivery_ms": pct(self.delivery_ms), "send_to_handler_ms": pct(self.send_to_handler_ms),
+            "delivery_ms": pct(self.delivery_ms),
+            "send_to_handler_ms": pct(self.send_to_handler_ms),
             "first_delivery_ms": pct(self.first_delivery_ms),
-            "client_ttft_ms": pct(self.client_ttft_ms), "server_ttft_ms": pct(self.server_ttft_ms),
-            "client_itl_ms": pct(self.client_itl_ms), "server_itl_ms": pct(self.server_itl_ms),
+            "client_ttft_ms": pct(self.client_ttft_ms),
+            "server_ttft_ms": pct(self.server_ttft_ms),
+            "client_itl_ms": pct(self.client_itl_ms),
+            "server_itl_ms": pct(self.server_itl_ms),
             "note": self.note,
             "warmup_seconds": self.warmup,
             "after_warmup": self.after_warmup.summary() if self.after_warmup else None,
-        }  # fmt: skip
+        }
 
 
 def compare(agree: Agreement, records: list[dict[str, Any]], server: dict[str, dict[str, Any]]) -> None:
@@ -573,8 +662,9 @@ def compare(agree: Agreement, records: list[dict[str, Any]], server: dict[str, d
                     agree.itl_diff_separate_reads_ms.append(1e3 * abs(c_gap - s_gap))
 
 
-def run_agreement(preset: str, users: int, seconds: float, prompt: int, output: int, scale: float,
-                  spread: float, warmup: float) -> Agreement:  # fmt: skip
+def run_agreement(
+    preset: str, users: int, seconds: float, prompt: int, output: int, scale: float, spread: float, warmup: float
+) -> Agreement:
     """Our client with ``users`` users against the simulator with its timings on; every successful request compared,
     and separately those sent ``warmup`` seconds or more after the first (past the opening burst of ``users``
     simultaneous requests)."""
@@ -607,8 +697,9 @@ class IngestPoint:
     run: ClientRun
 
 
-def run_ingest(preset: str, users: int, seconds: float, prompt: int, output: int,
-               scales: list[float]) -> list[IngestPoint]:  # fmt: skip
+def run_ingest(
+    preset: str, users: int, seconds: float, prompt: int, output: int, scales: list[float]
+) -> list[IngestPoint]:
     points = []
     for scale in scales:
         with SimProcess(preset, scale) as sim:
@@ -670,8 +761,10 @@ def firehose_main(tick: float) -> int:
                 self.request(head.split(" ", 2)[:2], body)
 
         def reply(self, payload: bytes, content_type: str = "application/json") -> None:
-            self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"
-                                 % (content_type.encode(), len(payload), payload))  # fmt: skip
+            self.transport.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"
+                % (content_type.encode(), len(payload), payload)
+            )
 
         def request(self, line: list[str], body: bytes) -> None:
             method, path = line
@@ -685,10 +778,13 @@ def firehose_main(tick: float) -> int:
                 found = _MAX_TOKENS_RE.search(body)
                 total = int(found.group(1)) if found else 16
                 stats["prompt_tokens"] += len(body.split())
-                self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                                     b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
-                head = (b'data: {"id":"chatcmpl-%d","object":"chat.completion.chunk","created":1,"model":"%s",'
-                        b'"choices":[{"index":0,' % (id(self), FIREHOSE_MODEL.encode()))  # fmt: skip
+                self.transport.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                )
+                head = (
+                    b'data: {"id":"chatcmpl-%d","object":"chat.completion.chunk","created":1,"model":"%s",'
+                    b'"choices":[{"index":0,' % (id(self), FIREHOSE_MODEL.encode())
+                )
                 streams[self] = [total, head, total]
 
     async def ticker() -> None:
@@ -698,10 +794,14 @@ def firehose_main(tick: float) -> int:
                 i = total - left
                 reason = b'"length"' if left == 1 else b"null"
                 event = head + b'"delta":{"content":"%s"},"logprobs":null,"finish_reason":%s}]}\n\n' % (
-                    words[i % 64], reason)  # fmt: skip
+                    words[i % 64],
+                    reason,
+                )
                 if left == 1:
-                    usage = (b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":%d,'
-                             b'"total_tokens":%d}}\n\n' % (total, total + 1))  # fmt: skip
+                    usage = (
+                        b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":%d,'
+                        b'"total_tokens":%d}}\n\n' % (total, total + 1)
+                    )
                     proto.transport.write(chunk(event) + chunk(usage + b"data: [DONE]\n\n") + b"0\r\n\r\n")
                     del streams[proto]
                     stats["request_success"]["length"] += 1
@@ -749,19 +849,25 @@ def print_cpu_table(groups: list[list[ClientRun]]) -> None:
         f"\n== CPU per streamed token: GuideLLM 0.8.1 vs llmdiag, each in its own process; closed loop of N streaming "
         f"chat requests, prompt {r0.prompt_tokens} words, output {r0.output_tokens} tokens, {r0.seconds:g} s =="
     )
-    head = (f"{'client':9} {'users':>5} {'scale':>5} {'tok/s':>6} {'ITL ms':>6} {'ok':>6} {'err':>3} {'client':>7} "
-            f"{'sim':>6} {'other':>6} {'steady':>7} {'whole':>7} {'whole':>7}")  # fmt: skip
+    head = (
+        f"{'client':9} {'users':>5} {'scale':>5} {'tok/s':>6} {'ITL ms':>6} {'ok':>6} {'err':>3} {'client':>7} "
+        f"{'sim':>6} {'other':>6} {'steady':>7} {'whole':>7} {'whole':>7}"
+    )
     print(head)
-    print(f"{'':9} {'':>5} {'':>5} {'':>6} {'':>6} {'':>6} {'':>3} {'CPU':>7} {'CPU':>6} {'CPU':>6} {'s/1k':>7} "
-          f"{'CPU-s':>7} {'s/1k':>7}")  # fmt: skip
+    print(
+        f"{'':9} {'':>5} {'':>5} {'':>6} {'':>6} {'':>6} {'':>3} {'CPU':>7} {'CPU':>6} {'CPU':>6} {'s/1k':>7} "
+        f"{'CPU-s':>7} {'s/1k':>7}"
+    )
     print("-" * len(head))
     for group in groups:
         for r in group:
             w = r.window
-            print(f"{r.client:9} {r.users:>5} {r.time_scale:>5g} {w.tokens_per_s:>6.0f} {fmt(r.itl_ms, '.1f'):>6} "
-                  f"{r.requests_ok:>6} {r.errors:>3} {w.client_util:>6.2f}c {w.sim_util:>5.2f}c {w.other_util:>5.2f}c "
-                  f"{fmt(w.cpu_s_per_1k, '.4f'):>7} {r.cpu_whole:>7.1f} "
-                  f"{fmt(r.cpu_s_per_1k_whole, '.4f'):>7}")  # fmt: skip
+            print(
+                f"{r.client:9} {r.users:>5} {r.time_scale:>5g} {w.tokens_per_s:>6.0f} {fmt(r.itl_ms, '.1f'):>6} "
+                f"{r.requests_ok:>6} {r.errors:>3} {w.client_util:>6.2f}c {w.sim_util:>5.2f}c {w.other_util:>5.2f}c "
+                f"{fmt(w.cpu_s_per_1k, '.4f'):>7} {r.cpu_whole:>7.1f} "
+                f"{fmt(r.cpu_s_per_1k_whole, '.4f'):>7}"
+            )
             if r.note:
                 print(f"          note: {r.note}")
         for ours in group[1:]:
@@ -769,8 +875,10 @@ def print_cpu_table(groups: list[list[ClientRun]]) -> None:
             verdict = (
                 "" if steady is None else ("   target ≤ 0.50: met" if steady <= 0.5 else "   target ≤ 0.50: NOT met")
             )
-            print(f"{'ratio':9} {group[0].users:>5}  {ours.client} / GuideLLM CPU per token: steady "
-                  f"{fmt(steady, '.3f')}, whole run {fmt(whole, '.3f')}{verdict}")  # fmt: skip
+            print(
+                f"{'ratio':9} {group[0].users:>5}  {ours.client} / GuideLLM CPU per token: steady "
+                f"{fmt(steady, '.3f')}, whole run {fmt(whole, '.3f')}{verdict}"
+            )
     print(
         "library: llmdiag.collect.requests.closed_loop in a child process of this bench; load CLI: `llmdiag load` "
         "(the same client plus its scan of /metrics during the level and its report). scale: the simulator's time "
@@ -792,10 +900,12 @@ def print_agreement(agreements: list[Agreement]) -> None:
             f"time scale {r.time_scale:g} =="
         )
         w = r.window
-        print(f"completed {r.requests_ok} requests, errors {r.errors}, {r.tokens_client} tokens "
-              f"({r.tokens_client / max(r.seconds, 1e-9):.0f}/s); steady window {w.tokens_per_s:.0f} tok/s, "
-              f"client CPU {w.client_util:.2f} cores, simulator CPU {w.sim_util:.2f} cores, rest of the machine "
-              f"{w.other_util:.2f} cores, simulator lag {w.lag:.2f} s")  # fmt: skip
+        print(
+            f"completed {r.requests_ok} requests, errors {r.errors}, {r.tokens_client} tokens "
+            f"({r.tokens_client / max(r.seconds, 1e-9):.0f}/s); steady window {w.tokens_per_s:.0f} tok/s, "
+            f"client CPU {w.client_util:.2f} cores, simulator CPU {w.sim_util:.2f} cores, rest of the machine "
+            f"{w.other_util:.2f} cores, simulator lag {w.lag:.2f} s"
+        )
         if r.note or a.note:
             print(f"note: {' '.join(x for x in (r.note, a.note) if x)}")
         sm = a.summary()
@@ -806,35 +916,45 @@ def print_agreement(agreements: list[Agreement]) -> None:
         late = a.after_warmup.summary() if a.after_warmup else None
         print(f"{'':34} {'every request':^26} | {'sent ≥ ' + format(a.warmup, 'g') + ' s in':^17}")
         print(f"{'':34} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} | {'p50 ms':>8} {'p99 ms':>8}")
-        for key, label in (("ttft_abs_diff_ms", "|client TTFT − server TTFT|"),
-                           ("send_to_handler_ms", "  of which: sent → server reads it"),
-                           ("first_delivery_ms", "  of which: 1st event write → read"),
-                           ("itl_abs_diff_ms", "|client gap − server gap| (ITL)"),
-                           ("itl_abs_diff_separate_reads_ms", "  events read apart (gap > 0)"),
-                           ("delivery_ms", "every event: write → client read"),
-                           ("client_ttft_ms", "client TTFT"), ("server_ttft_ms", "server TTFT"),
-                           ("client_itl_ms", "client ITL"), ("server_itl_ms", "server ITL")):  # fmt: skip
+        for key, label in (
+            ("ttft_abs_diff_ms", "|client TTFT − server TTFT|"),
+            ("send_to_handler_ms", "  of which: sent → server reads it"),
+            ("first_delivery_ms", "  of which: 1st event write → read"),
+            ("itl_abs_diff_ms", "|client gap − server gap| (ITL)"),
+            ("itl_abs_diff_separate_reads_ms", "  events read apart (gap > 0)"),
+            ("delivery_ms", "every event: write → client read"),
+            ("client_ttft_ms", "client TTFT"),
+            ("server_ttft_ms", "server TTFT"),
+            ("client_itl_ms", "client ITL"),
+            ("server_itl_ms", "server ITL"),
+        ):
             v = sm[key]
             tail = f" | {late[key]['p50']:>8.2f} {late[key]['p99']:>8.2f}" if late else ""
             print(f"{label:34} {v['p50']:>8.2f} {v['p99']:>8.2f} {v['max']:>8.2f}{tail}")
         if late:
             print(f"{'requests compared':34} {sm['requests_compared']:>26} | {late['requests_compared']:>17}")
-        print(f"{'gaps whose two events came in one read':40} {sm['gaps_in_one_read']:>20} "
-              f"({100 * sm['gaps_in_one_read'] / max(1, sm['gaps_compared']):.2f} % of {sm['gaps_compared']})")
+        print(
+            f"{'gaps whose two events came in one read':40} {sm['gaps_in_one_read']:>20} "
+            f"({100 * sm['gaps_in_one_read'] / max(1, sm['gaps_compared']):.2f} % of {sm['gaps_compared']})"
+        )
         for name, summary in (("every request", sm), (f"sent ≥ {a.warmup:g} s in", late)):
             if summary is None or not summary["requests_compared"]:
                 continue
             ttft, itl = summary["ttft_abs_diff_ms"]["p99"], summary["itl_abs_diff_ms"]["p99"]
-            print(f"target p99 ≤ 5 ms, {name}: TTFT {'met' if ttft <= 5 else 'NOT met'} ({ttft:.3f} ms), "
-                  f"ITL {'met' if itl <= 5 else 'NOT met'} ({itl:.3f} ms)")  # fmt: skip
+            print(
+                f"target p99 ≤ 5 ms, {name}: TTFT {'met' if ttft <= 5 else 'NOT met'} ({ttft:.3f} ms), "
+                f"ITL {'met' if itl <= 5 else 'NOT met'} ({itl:.3f} ms)"
+            )
     if agreements:
-        print("sent → server reads it: from the client writing the request to the simulator's stamp of its arrival; "
-              "1st event write → read and every event: from the simulator writing an event to the client's stamp "
-              "of its arrival (one clock, time.monotonic()). Both sides stamp arrivals with the kernel's receive "
-              "time of the read (SO_TIMESTAMPNS, llmdiag/collect/rxtime.py), so neither event loop's lag under a "
-              "thousand streams counts. Events that pile up unread while the client is more than a gap behind reach "
-              "it in one read under the stamp of the last one (the kernel merges them): their gap reads 0, counted "
-              "above.")
+        print(
+            "sent → server reads it: from the client writing the request to the simulator's stamp of its arrival; "
+            "1st event write → read and every event: from the simulator writing an event to the client's stamp "
+            "of its arrival (one clock, time.monotonic()). Both sides stamp arrivals with the kernel's receive "
+            "time of the read (SO_TIMESTAMPNS, llmdiag/collect/rxtime.py), so neither event loop's lag under a "
+            "thousand streams counts. Events that pile up unread while the client is more than a gap behind reach "
+            "it in one read under the stamp of the last one (the kernel merges them): their gap reads 0, counted "
+            "above."
+        )
 
 
 def print_ingest(points: list[IngestPoint], label: str, knob: str) -> None:
@@ -845,20 +965,26 @@ def print_ingest(points: list[IngestPoint], label: str, knob: str) -> None:
         f"\n== Max ingest: one llmdiag client process, {r0.users} streaming users, prompt {r0.prompt_tokens}, "
         f"output {r0.output_tokens} tokens, {r0.seconds:g} s per point, {label} =="
     )
-    print(f"{knob:>7} {'tok/s':>7} {'tok/ev':>6} {'ITL p50':>7} {'client':>7} {'server':>7} {'other':>6} "
-          f"{'lag':>6} {'µs/tok':>6} {'errors':>6}")  # fmt: skip
+    print(
+        f"{knob:>7} {'tok/s':>7} {'tok/ev':>6} {'ITL p50':>7} {'client':>7} {'server':>7} {'other':>6} "
+        f"{'lag':>6} {'µs/tok':>6} {'errors':>6}"
+    )
     for p in points:
         r, w = p.run, p.run.window
         per_event = r.tokens_client / r.events if r.events else float("nan")
-        print(f"{p.time_scale:>7g} {w.tokens_per_s:>7.0f} {per_event:>6.2f} {fmt(r.itl_ms, '.2f'):>7} "
-              f"{w.client_util:>6.2f}c {w.sim_util:>6.2f}c {w.other_util:>5.2f}c {w.lag:>5.1f}s "
-              f"{1e3 * w.cpu_s_per_1k:>6.1f} {r.errors:>6}")  # fmt: skip
+        print(
+            f"{p.time_scale:>7g} {w.tokens_per_s:>7.0f} {per_event:>6.2f} {fmt(r.itl_ms, '.2f'):>7} "
+            f"{w.client_util:>6.2f}c {w.sim_util:>6.2f}c {w.other_util:>5.2f}c {w.lag:>5.1f}s "
+            f"{1e3 * w.cpu_s_per_1k:>6.1f} {r.errors:>6}"
+        )
         if r.note:
             print(f"        note: {r.note}")
     best = max(points, key=lambda p: p.run.window.tokens_per_s)
     w = best.run.window
-    print(f"highest: {w.tokens_per_s:.0f} tokens/s at client CPU {w.client_util:.2f} cores "
-          f"(server {w.sim_util:.2f} cores, rest of the machine {w.other_util:.2f})")  # fmt: skip
+    print(
+        f"highest: {w.tokens_per_s:.0f} tokens/s at client CPU {w.client_util:.2f} cores "
+        f"(server {w.sim_util:.2f} cores, rest of the machine {w.other_util:.2f})"
+    )
     print(
         "tok/ev: tokens per SSE event; ITL p50: the client's median gap between events (0: several events came "
         "in one socket read); client, server, other: cores; lag: how far the simulator fell behind its physics; "
@@ -874,8 +1000,9 @@ def floats(text: str) -> list[float]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--only", default="cpu,agree,ingest", help="sections to run: cpu, agree, ingest")
     parser.add_argument("--quick", action="store_true", help="shorter runs: 128 users for cpu, 10 s points")
     parser.add_argument("--preset", default=PRESET)
@@ -933,8 +1060,10 @@ def main() -> int:
         return firehose_main(float(sys.argv[2]))
     args = parse_args(sys.argv[1:])
     started = time.monotonic()
-    print(f"load-client bench: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, preset {args.preset}; "
-          f"the simulator and each client in their own processes")  # fmt: skip
+    print(
+        f"load-client bench: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, preset {args.preset}; "
+        f"the simulator and each client in their own processes"
+    )
     out: dict[str, Any] = {"cpus": os.cpu_count(), "preset": args.preset}
     groups: list[list[ClientRun]] = []
     if "cpu" in args.only:
@@ -946,16 +1075,29 @@ def main() -> int:
                     group.append(runner(sim, users, args.seconds, args.prompt_tokens, args.output_tokens))
             groups.append(group)
             print(f"  [cpu] {users} users done ({time.monotonic() - started:.0f} s)", flush=True)
-        out["cpu"] = [{"runs": [asdict(r) for r in group],
-                       "ratios": {r.client: dict(steady=cpu_ratio(group[0], r)[0], whole=cpu_ratio(group[0], r)[1])
-                                  for r in group[1:]}}
-                      for group in groups]  # fmt: skip
+        out["cpu"] = [
+            {
+                "runs": [asdict(r) for r in group],
+                "ratios": {
+                    r.client: dict(steady=cpu_ratio(group[0], r)[0], whole=cpu_ratio(group[0], r)[1]) for r in group[1:]
+                },
+            }
+            for group in groups
+        ]
     agreements: list[Agreement] = []
     cli_runs: list[ClientRun] = []
     if "agree" in args.only:
         for scale in floats(args.agree_scales):
-            agree = run_agreement(args.preset, args.agree_users, args.agree_seconds, args.prompt_tokens,
-                                  args.output_tokens, scale, args.agree_spread, args.agree_warmup)  # fmt: skip
+            agree = run_agreement(
+                args.preset,
+                args.agree_users,
+                args.agree_seconds,
+                args.prompt_tokens,
+                args.output_tokens,
+                scale,
+                args.agree_spread,
+                args.agree_warmup,
+            )
             agreements.append(agree)
             print(f"  [agree] time scale {scale:g} done ({time.monotonic() - started:.0f} s)", flush=True)
         out["agreement"] = [{**a.summary(), "run": asdict(a.run) if a.run else None} for a in agreements]
@@ -968,10 +1110,17 @@ def main() -> int:
     points: list[IngestPoint] = []
     firehose: list[IngestPoint] = []
     if "ingest" in args.only:
-        points = run_ingest(args.preset, args.ingest_users, args.ingest_seconds, args.ingest_prompt,
-                            args.ingest_output, floats(args.ingest_scales))  # fmt: skip
-        firehose = run_firehose(args.ingest_users, args.ingest_seconds, args.ingest_prompt, args.ingest_output,
-                                floats(args.firehose_ticks))  # fmt: skip
+        points = run_ingest(
+            args.preset,
+            args.ingest_users,
+            args.ingest_seconds,
+            args.ingest_prompt,
+            args.ingest_output,
+            floats(args.ingest_scales),
+        )
+        firehose = run_firehose(
+            args.ingest_users, args.ingest_seconds, args.ingest_prompt, args.ingest_output, floats(args.firehose_ticks)
+        )
         print(f"  [ingest] done ({time.monotonic() - started:.0f} s)", flush=True)
         out["ingest"] = [{"time_scale": p.time_scale, **asdict(p.run)} for p in points]
         out["ingest_firehose"] = [{"tick_ms": p.time_scale, **asdict(p.run)} for p in firehose]
@@ -979,10 +1128,12 @@ def main() -> int:
     print_agreement(agreements)
     for r in cli_runs:
         w = r.window
-        print(f"\n== `llmdiag load` itself with {r.users} concurrent streaming users, {r.seconds:g} s, simulator time "
-              f"scale {r.time_scale:g}: exit {r.rc}, {r.requests_ok} requests completed, {r.errors} errors; steady "
-              f"window {w.tokens_per_s:.0f} tok/s, llmdiag CPU {w.client_util:.2f} cores, simulator "
-              f"{w.sim_util:.2f}, rest of the machine {w.other_util:.2f} ==")  # fmt: skip
+        print(
+            f"\n== `llmdiag load` itself with {r.users} concurrent streaming users, {r.seconds:g} s, simulator time "
+            f"scale {r.time_scale:g}: exit {r.rc}, {r.requests_ok} requests completed, {r.errors} errors; steady "
+            f"window {w.tokens_per_s:.0f} tok/s, llmdiag CPU {w.client_util:.2f} cores, simulator "
+            f"{w.sim_util:.2f}, rest of the machine {w.other_util:.2f} =="
+        )
         if r.note:
             print(f"note: {r.note}")
     print_ingest(points, f"the simulator (preset {args.preset}) sped up", "scale")

@@ -121,8 +121,16 @@ def build(sources: list[Path], out_dir: Path, target_mb: float, gap_us: float) -
                 span["dur"] = copies * period
                 fh.write("," + json.dumps(span, separators=(",", ":")))
             fh.write("]}")
-        written.append({"source": str(source), "path": str(path), "bytes": path.stat().st_size, "copies": copies,
-                        "period_us": period, "seconds": time.perf_counter() - started})  # fmt: skip
+        written.append(
+            {
+                "source": str(source),
+                "path": str(path),
+                "bytes": path.stat().st_size,
+                "copies": copies,
+                "period_us": period,
+                "seconds": time.perf_counter() - started,
+            }
+        )
     return written
 
 
@@ -134,16 +142,23 @@ def source_files(source: str) -> list[Path]:
     return files
 
 
-def ensure(out_dir: Path = DEFAULT_OUT, target_mb: float = 500, ranks: int = 2, source: str = DEFAULT_SOURCE,
-           gap_us: float = 100.0) -> list[dict]:  # fmt: skip
+def ensure(
+    out_dir: Path = DEFAULT_OUT,
+    target_mb: float = 500,
+    ranks: int = 2,
+    source: str = DEFAULT_SOURCE,
+    gap_us: float = 100.0,
+) -> list[dict]:
     """The large set in ``out_dir``, reusing it when its stamp names the same arguments and the files are there."""
     args = {"source": source, "ranks": ranks, "mb": target_mb, "gap_us": gap_us, "version": 2}
     stamp = out_dir.parent / f"{out_dir.name}{STAMP}"  # beside the set, not in it: both tools read every *.json there
     if stamp.is_file():
         saved = json.loads(stamp.read_text())
-        if saved.get("args") == args and all(Path(w["path"]).stat().st_size == w["bytes"]
-                                             for w in saved["written"] if Path(w["path"]).is_file()) \
-                and all(Path(w["path"]).is_file() for w in saved["written"]):  # fmt: skip
+        if (
+            saved.get("args") == args
+            and all(Path(w["path"]).stat().st_size == w["bytes"] for w in saved["written"] if Path(w["path"]).is_file())
+            and all(Path(w["path"]).is_file() for w in saved["written"])
+        ):
             return [dict(w, reused=True) for w in saved["written"]]
     for old in out_dir.glob("rank-*.json") if out_dir.is_dir() else []:
         old.unlink()
@@ -170,8 +185,10 @@ def main() -> int:
         return 2
     for w in written:
         how = "reused" if w.get("reused") else f"written in {w['seconds']:.1f} s"
-        print(f"{w['path']}: {w['bytes'] / 1e6:.0f} MB, {w['copies']} copies of {w['source']} "
-              f"every {w['period_us']} µs ({how})")  # fmt: skip
+        print(
+            f"{w['path']}: {w['bytes'] / 1e6:.0f} MB, {w['copies']} copies of {w['source']} "
+            f"every {w['period_us']} µs ({how})"
+        )
     return 0
 
 

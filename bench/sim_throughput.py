@@ -47,14 +47,22 @@ def client(url: str, model: str, users: int, prompt: int, output: int, seconds: 
     from llmdiag.sim.presets import LoadSpec
     from llmdiag.sim.server import ClosedLoopLoad
 
-    load = ClosedLoopLoad(url, model, LoadSpec(users, prompt, output, output_spread=0.5), max_seconds=seconds,
-                          seed=os.getpid())  # fmt: skip
+    load = ClosedLoopLoad(
+        url, model, LoadSpec(users, prompt, output, output_spread=0.5), max_seconds=seconds, seed=os.getpid()
+    )
     started = time.process_time()
     with load:
         load.wait(seconds + 30)
     s = load.stats
-    queue.put({"ok": s.ok, "rejected": s.rejected, "errors": dict(s.errors), "tokens": s.completion_tokens,
-               "cpu": time.process_time() - started})  # fmt: skip
+    queue.put(
+        {
+            "ok": s.ok,
+            "rejected": s.rejected,
+            "errors": dict(s.errors),
+            "tokens": s.completion_tokens,
+            "cpu": time.process_time() - started,
+        }
+    )
 
 
 def main() -> None:
@@ -68,8 +76,13 @@ def main() -> None:
     parser.add_argument("--preset", default="healthy")
     args = parser.parse_args()
 
-    server = subprocess.Popen([sys.executable, "-c", SERVER_CODE, args.preset], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER_CODE, args.preset],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+    )
     try:
         assert server.stdout is not None
         url = server.stdout.readline().strip()
@@ -77,11 +90,15 @@ def main() -> None:
             model = json.loads(response.read())["data"][0]["id"]
         proc = psutil.Process(server.pid)
         queue: mp.Queue = mp.Queue()
-        shares = [args.users // args.client_procs + (i < args.users % args.client_procs)
-                  for i in range(args.client_procs)]  # fmt: skip
+        shares = [
+            args.users // args.client_procs + (i < args.users % args.client_procs) for i in range(args.client_procs)
+        ]
         total = args.warmup + args.seconds
-        clients = [mp.Process(target=client, args=(url, model, n, args.prompt_tokens, args.output_tokens, total, queue))
-                   for n in shares if n]  # fmt: skip
+        clients = [
+            mp.Process(target=client, args=(url, model, n, args.prompt_tokens, args.output_tokens, total, queue))
+            for n in shares
+            if n
+        ]
         for c in clients:
             c.start()
         time.sleep(args.warmup)
@@ -106,19 +123,25 @@ def main() -> None:
     steps = after["steps"] - before["steps"]
     cpu = (cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)
     lag = after["lag_seconds"] - before["lag_seconds"]
-    print(f"simulator: preset {args.preset}, {args.users} streaming clients in {len(clients)} processes, "
-          f"prompt {args.prompt_tokens}, output {args.output_tokens} ± 50 %, {os.cpu_count()} CPUs")  # fmt: skip
+    print(
+        f"simulator: preset {args.preset}, {args.users} streaming clients in {len(clients)} processes, "
+        f"prompt {args.prompt_tokens}, output {args.output_tokens} ± 50 %, {os.cpu_count()} CPUs"
+    )
     print(f"window              {wall:.1f} s real, {sim_wall:.1f} s simulated")
     print(f"running (peak)      {peak_running} requests in the batch, {after['waiting']} waiting at the end")
     print(f"requests finished   {finished / wall:.1f} /s")
-    print(f"tokens generated    {tokens / wall:.0f} /s  ({steps / wall:.1f} engine steps/s, "
-          f"{tokens / max(steps, 1):.0f} tokens per step)")  # fmt: skip
+    print(
+        f"tokens generated    {tokens / wall:.0f} /s  ({steps / wall:.1f} engine steps/s, "
+        f"{tokens / max(steps, 1):.0f} tokens per step)"
+    )
     print(f"simulator CPU       {cpu / wall:.2f} CPU-seconds per second (one process, one event loop)")
     print(f"engine lag          {lag:.2f} s behind the physics over the window ({100 * lag / wall:.1f} %)")
     ok = sum(r["ok"] for r in results)
-    print(f"clients (whole run) {ok} requests completed, {sum(r['tokens'] for r in results)} tokens read, "
-          f"{sum(r['rejected'] for r in results)} rejected, errors {[r['errors'] for r in results if r['errors']]}, "
-          f"client CPU {sum(r['cpu'] for r in results) / total:.2f} CPU-s/s")  # fmt: skip
+    print(
+        f"clients (whole run) {ok} requests completed, {sum(r['tokens'] for r in results)} tokens read, "
+        f"{sum(r['rejected'] for r in results)} rejected, errors {[r['errors'] for r in results if r['errors']]}, "
+        f"client CPU {sum(r['cpu'] for r in results) / total:.2f} CPU-s/s"
+    )
 
 
 if __name__ == "__main__":

@@ -57,8 +57,9 @@ def diagnose(
     from llmdiag.collect.detect import check_server_name, note_server_choice
 
     probe = check_server_name(server) if server is not None else None  # None: detected by collect_live
-    signals = collect_live(connection, duration_seconds, probe=probe, on_progress=on_progress, telemetry=telemetry,
-                           canary=canary)  # fmt: skip
+    signals = collect_live(
+        connection, duration_seconds, probe=probe, on_progress=on_progress, telemetry=telemetry, canary=canary
+    )
     if probe is not None:
         note_server_choice(signals, probe, f"--server {probe} given")
     if not canary and canary_off_reason:
@@ -182,11 +183,14 @@ def run_load(
         run = asyncio.run(run_level(connection, plan, level, telemetry))
         report.model = report.model or run.model
         point = summarise(
-            run.results, run.window_start, run.window_end,
+            run.results,
+            run.window_start,
+            run.window_end,
             users=int(level) if plan.mode == "closed" else None,
             rate_per_second=level if plan.mode == "open" else None,
-            slo_ttft_seconds=slo_ttft_seconds, slo_tpot_seconds=slo_tpot_seconds,
-        )  # fmt: skip
+            slo_ttft_seconds=slo_ttft_seconds,
+            slo_tpot_seconds=slo_tpot_seconds,
+        )
         if run.signals is not None:
             point.verdict = build_verdict(run.signals, settings, target=report.target)
             point.verdict.tool_version = __version__
@@ -223,27 +227,50 @@ def diagnose_fleet(
 
     def one(item: tuple[str, Connection]):
         name, connection = item
-        verdict = diagnose(connection, duration_seconds, settings, telemetry=telemetry, canary=canary,
-                           canary_off_reason=canary_off_reason, server=server)  # fmt: skip
+        verdict = diagnose(
+            connection,
+            duration_seconds,
+            settings,
+            telemetry=telemetry,
+            canary=canary,
+            canary_off_reason=canary_off_reason,
+            server=server,
+        )
         return target_from_verdict(name, redact_url(connection.base_url), verdict)
 
     def failed(item: tuple[str, Connection], error: BaseException):
         name, connection = item
         if isinstance(error, LlmdiagError):
             return target_from_error(name, redact_url(connection.base_url), error.message, error.hint)
-        return target_from_error(name, redact_url(connection.base_url), f"internal error: {type(error).__name__}: "
-                                 f"{error}", "this is a bug in llmdiag; rerun with LLMDIAG_DEBUG=1")  # fmt: skip
+        return target_from_error(
+            name,
+            redact_url(connection.base_url),
+            f"internal error: {type(error).__name__}: {error}",
+            "this is a bug in llmdiag; rerun with LLMDIAG_DEBUG=1",
+        )
 
     def timed_out(item: tuple[str, Connection], seconds: float):
         name, connection = item
-        return target_from_error(name, redact_url(connection.base_url), f"no verdict within {seconds:g} s",
-                                 "raise --target-timeout, or check that the server answers /metrics quickly")
+        return target_from_error(
+            name,
+            redact_url(connection.base_url),
+            f"no verdict within {seconds:g} s",
+            "raise --target-timeout, or check that the server answers /metrics quickly",
+        )
 
     started = time.time()
-    results = run_bounded(targets, one, concurrency, timeout_seconds=target_timeout_seconds,
-                          on_timeout=timed_out, on_error=failed, name="llmdiag-fleet")  # fmt: skip
-    return build_fleet(results, settings, source=f"{len(targets)} direct targets", window_seconds=duration_seconds,
-                       at_unix=started)  # fmt: skip
+    results = run_bounded(
+        targets,
+        one,
+        concurrency,
+        timeout_seconds=target_timeout_seconds,
+        on_timeout=timed_out,
+        on_error=failed,
+        name="llmdiag-fleet",
+    )
+    return build_fleet(
+        results, settings, source=f"{len(targets)} direct targets", window_seconds=duration_seconds, at_unix=started
+    )
 
 
 def fleet_from_signal_sets(
@@ -314,8 +341,9 @@ def _no_data(signals: SignalSet) -> str | None:
     return None
 
 
-def fleet_from_prometheus(result: PrometheusResult, settings: Settings | None = None,
-                          selector: str | None = None) -> FleetReport:  # fmt: skip
+def fleet_from_prometheus(
+    result: PrometheusResult, settings: Settings | None = None, selector: str | None = None
+) -> FleetReport:
     """One Prometheus evaluation judged as a fleet: an instance without data is a row saying so (class unknown,
     left out of the comparisons), never a healthy one."""
     instances, errors = {}, {}
@@ -326,8 +354,9 @@ def fleet_from_prometheus(result: PrometheusResult, settings: Settings | None = 
         else:
             errors[key] = reason
     where = f"prometheus {result.prometheus_url}" + (f" {selector}" if selector else "")
-    report = fleet_from_signal_sets(instances, settings, source=where, window_seconds=result.window_seconds,
-                                    at_unix=result.end_unix, errors=errors)  # fmt: skip
+    report = fleet_from_signal_sets(
+        instances, settings, source=where, window_seconds=result.window_seconds, at_unix=result.end_unix, errors=errors
+    )
     report.queries, report.scrape_interval_seconds = result.queries, result.scrape_interval_seconds
     report.notes += result.notes
     return report
@@ -367,8 +396,9 @@ def diagnose_prometheus_fleet_timeline(
     fleet_steps: list[FleetStep] = []
     worst: tuple[tuple[int, int, float], PrometheusResult] | None = None
     for t, result in steps:
-        verdicts = {key: v for key, v in _judge_instances(result, settings).items()
-                    if _no_data(result.instances[key]) is None}  # fmt: skip
+        verdicts = {
+            key: v for key, v in _judge_instances(result, settings).items() if _no_data(result.instances[key]) is None
+        }
         fleet_steps.append(FleetStep(at_unix=t, classes={key: v.bottleneck for key, v in verdicts.items()}))
         bad = sum(1 for v in verdicts.values() if v.bottleneck in BAD_CLASSES)
         severity = sum((v.worst_severity().rank if v.worst_severity() else 0) for v in verdicts.values())
@@ -379,8 +409,11 @@ def diagnose_prometheus_fleet_timeline(
     assert worst is not None  # collect_prometheus_timeline gives at least one step or raises
     report = fleet_from_prometheus(worst[1], settings, selector)
     report.timeline = build_timeline(fleet_steps, step)
-    report.notes.insert(0, f"a timeline of {len(steps)} steps of {step:g} s; the replicas table shows the step ending "
-                        f"at {_utc(worst[1].end_unix)}, the worst (most replicas in a bottleneck class)")  # fmt: skip
+    report.notes.insert(
+        0,
+        f"a timeline of {len(steps)} steps of {step:g} s; the replicas table shows the step ending "
+        f"at {_utc(worst[1].end_unix)}, the worst (most replicas in a bottleneck class)",
+    )
     return report
 
 

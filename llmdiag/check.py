@@ -49,9 +49,7 @@ def worst(states: list[State]) -> State:
 
 
 def state_of(verdict: Verdict) -> State:
-    counted = [
-        Severity.warning if f.category is Category.sanity else f.severity for f in verdict.findings
-    ]  # fmt: skip
+    counted = [Severity.warning if f.category is Category.sanity else f.severity for f in verdict.findings]
     if Severity.critical in counted:
         return State.CRITICAL
     if Severity.warning in counted:
@@ -104,8 +102,10 @@ def connection_for(target: Target, max_metrics_bytes: int | None = None) -> Conn
     if target.api_key_env:
         api_key = os.environ.get(target.api_key_env)
         if not api_key:
-            raise ConfigError(f"target '{target.name}': api_key_env ${target.api_key_env} is not set",
-                              f"export {target.api_key_env}=… in the check's environment")  # fmt: skip
+            raise ConfigError(
+                f"target '{target.name}': api_key_env ${target.api_key_env} is not set",
+                f"export {target.api_key_env}=… in the check's environment",
+            )
     # a header given as 'Name: value' in the file is parsed like --header, for the same checks
     headers = dict(parse_header(f"{k}: {v}") for k, v in headers.items())
     kwargs = {"max_metrics_bytes": max_metrics_bytes} if max_metrics_bytes else {}
@@ -145,15 +145,17 @@ def check_target(
             connection,
             target.window_seconds or window_seconds,
             settings,
-            telemetry=TelemetryOptions(dcgm_url=target.dcgm_url, nvml="auto" if target.nvml else "off",
-                                       pids=list(target.pids)),  # fmt: skip
+            telemetry=TelemetryOptions(
+                dcgm_url=target.dcgm_url, nvml="auto" if target.nvml else "off", pids=list(target.pids)
+            ),
             canary=target.probe if target.probe is not None else target.metrics_url is None,
             canary_off_reason="probe = false" if target.probe is False else "metrics_url given",
             baseline=baseline,
         )
     except LlmdiagError as error:
-        return TargetResult(name=target.name, url=url, state=State.UNKNOWN, error=error.message, hint=error.hint,
-                            muted=muted)  # fmt: skip
+        return TargetResult(
+            name=target.name, url=url, state=State.UNKNOWN, error=error.message, hint=error.hint, muted=muted
+        )
     verdict.target = f"{target.name} ({verdict.target})"
     return TargetResult(
         name=target.name,
@@ -166,8 +168,14 @@ def check_target(
 
 
 def history_row(result: TargetResult, at_unix: float) -> CheckRow:
-    row = CheckRow(at_unix=at_unix, target=result.name, url=result.url, state=result.state.name,
-                   error=result.error, tool_version=__version__)  # fmt: skip
+    row = CheckRow(
+        at_unix=at_unix,
+        target=result.name,
+        url=result.url,
+        state=result.state.name,
+        error=result.error,
+        tool_version=__version__,
+    )
     verdict = result.verdict
     if verdict is not None:
         ex = verdict.experience
@@ -241,25 +249,40 @@ def run_prometheus_check(
     baselines: dict[str, str] = {}
     if history is not None:
         for key, signals in result.instances.items():
-            baseline = history.baseline(key, settings.check.baseline_days, settings.check.baseline_min_checks,
-                                        now=now)  # fmt: skip
+            baseline = history.baseline(key, settings.check.baseline_days, settings.check.baseline_min_checks, now=now)
             add_baseline_signals(signals, baseline)
             baselines[key] = baseline.describe()
     fleet = fleet_from_prometheus(result, settings, selector)
     results = []
     for target in sorted(fleet.targets, key=lambda t: t.name):
         if target.verdict is None:
-            results.append(TargetResult(name=target.name, url=target.name, state=State.UNKNOWN, error=target.error,
-                                        hint="check that this instance serves its metrics and that Prometheus "
-                                        "scrapes it (its 'up' series and /targets page)", muted=muted))  # fmt: skip
+            results.append(
+                TargetResult(
+                    name=target.name,
+                    url=target.name,
+                    state=State.UNKNOWN,
+                    error=target.error,
+                    hint="check that this instance serves its metrics and that Prometheus "
+                    "scrapes it (its 'up' series and /targets page)",
+                    muted=muted,
+                )
+            )
             continue
         verdict = target.verdict
         verdict.target = f"{target.name} ({source.display_url})"
-        results.append(TargetResult(name=target.name, url=target.name, state=state_of(verdict), verdict=verdict,
-                                    baseline=baselines.get(target.name, "baseline: none (--no-history)"),
-                                    muted=muted))  # fmt: skip
-    fleet_states = [State.CRITICAL if f.finding.severity is Severity.critical else State.WARNING
-                    for f in fleet.imbalance]  # fmt: skip
+        results.append(
+            TargetResult(
+                name=target.name,
+                url=target.name,
+                state=state_of(verdict),
+                verdict=verdict,
+                baseline=baselines.get(target.name, "baseline: none (--no-history)"),
+                muted=muted,
+            )
+        )
+    fleet_states = [
+        State.CRITICAL if f.finding.severity is Severity.critical else State.WARNING for f in fleet.imbalance
+    ]
     report = CheckReport(
         state=worst([r.state for r in results] + fleet_states),
         at_unix=now,
@@ -267,8 +290,11 @@ def run_prometheus_check(
         history=str(history.path) if history is not None else None,
         source=f"{fleet.source} ({result.queries} queries, window {result.window_seconds:g} s)",
         fleet_findings=fleet.imbalance,
-        fleet_signals={name: signal.stat("value") for name, signal in fleet.fleet_signals.items()
-                       if name.endswith("_over_peers_ratio")},  # fmt: skip
+        fleet_signals={
+            name: signal.stat("value")
+            for name, signal in fleet.fleet_signals.items()
+            if name.endswith("_over_peers_ratio")
+        },
     )
     if history is not None:
         try:

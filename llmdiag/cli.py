@@ -50,7 +50,6 @@ app.add_typer(sim_app, name="sim")
 DEFAULT_DEMO_PRESET = "scheduling"
 
 
-
 class _LazyConsole:
     """A rich Console made on first use (rich.console is a third of a fast command's imports)."""
 
@@ -141,9 +140,7 @@ def write_html(path: Path, result: Verdict | LoadReport | FleetReport, quiet: bo
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON (schema_version inside).")]
-FailOnOpt = Annotated[
-    FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.")
-]
+FailOnOpt = Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.")]
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", help="Settings file (default: ./llmdiag.toml when present).")
 ]
@@ -183,56 +180,84 @@ NvmlOpt = Annotated[
 ]
 PidOpt = Annotated[
     list[int] | None,
-    typer.Option("--pid", help="The server's process (repeatable; children included). Default: the process "
-                 "listening on URL's port, when the server runs on this machine."),
+    typer.Option(
+        "--pid",
+        help="The server's process (repeatable; children included). Default: the process "
+        "listening on URL's port, when the server runs on this machine.",
+    ),
 ]
 ServerOpt = Annotated[
     str | None,
-    typer.Option("--server", help="The server: vllm, sglang, tgi, llamacpp, trtllm, triton. Default: worked out from "
-                 "its metric names, headers and endpoints (the verdict says which and why)."),
+    typer.Option(
+        "--server",
+        help="The server: vllm, sglang, tgi, llamacpp, trtllm, triton. Default: worked out from "
+        "its metric names, headers and endpoints (the verdict says which and why).",
+    ),
 ]
 HttpTimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait for each HTTP answer.")]
 SelectorOpt = Annotated[
     str | None,
-    typer.Option("--selector", help="With --prometheus: a label matcher list, e.g. '{job=\"vllm\"}'.",
-                 rich_help_panel="Prometheus"),
+    typer.Option(
+        "--selector",
+        help="With --prometheus: a label matcher list, e.g. '{job=\"vllm\"}'.",
+        rich_help_panel="Prometheus",
+    ),
 ]
 PrometheusTokenEnvOpt = Annotated[
     str | None,
-    typer.Option("--prometheus-token-env", help="Bearer token for Prometheus from this environment variable.",
-                 rich_help_panel="Prometheus"),
+    typer.Option(
+        "--prometheus-token-env",
+        help="Bearer token for Prometheus from this environment variable.",
+        rich_help_panel="Prometheus",
+    ),
 ]
 PrometheusTokenFileOpt = Annotated[
     Path | None,
-    typer.Option("--prometheus-token-file", help="Bearer token for Prometheus from this file.",
-                 rich_help_panel="Prometheus"),
+    typer.Option(
+        "--prometheus-token-file", help="Bearer token for Prometheus from this file.", rich_help_panel="Prometheus"
+    ),
 ]
 PrometheusUserOpt = Annotated[
     str | None,
-    typer.Option("--prometheus-user", help="Basic-auth user for Prometheus (with --prometheus-password-env).",
-                 rich_help_panel="Prometheus"),
+    typer.Option(
+        "--prometheus-user",
+        help="Basic-auth user for Prometheus (with --prometheus-password-env).",
+        rich_help_panel="Prometheus",
+    ),
 ]
 PrometheusPasswordEnvOpt = Annotated[
     str | None,
-    typer.Option("--prometheus-password-env", help="Basic-auth password from this environment variable.",
-                 rich_help_panel="Prometheus"),
+    typer.Option(
+        "--prometheus-password-env",
+        help="Basic-auth password from this environment variable.",
+        rich_help_panel="Prometheus",
+    ),
 ]
 PrometheusCaOpt = Annotated[
     Path | None,
-    typer.Option("--prometheus-ca", help="CA bundle (PEM) for Prometheus's TLS certificate.",
-                 rich_help_panel="Prometheus"),
+    typer.Option(
+        "--prometheus-ca", help="CA bundle (PEM) for Prometheus's TLS certificate.", rich_help_panel="Prometheus"
+    ),
 ]
 ProbeOpt = Annotated[
     bool | None,
-    typer.Option("--probe/--no-probe", help="Send a few small streaming canary requests through the server's "
-                 "API during the window (default: yes, unless --metrics-url says only metrics are reachable)."),
+    typer.Option(
+        "--probe/--no-probe",
+        help="Send a few small streaming canary requests through the server's "
+        "API during the window (default: yes, unless --metrics-url says only metrics are reachable).",
+    ),
 ]
 
 
 def connection_from_options(
-    url: str, metrics_url: str | None, header: list[str] | None, api_key: str | None, timeout: float,
-    insecure: bool, max_metrics_bytes: int = DEFAULT_MAX_METRICS_BYTES,
-) -> Connection:  # fmt: skip
+    url: str,
+    metrics_url: str | None,
+    header: list[str] | None,
+    api_key: str | None,
+    timeout: float,
+    insecure: bool,
+    max_metrics_bytes: int = DEFAULT_MAX_METRICS_BYTES,
+) -> Connection:
     from llmdiag.collect.http import Connection, parse_header
 
     if timeout <= 0:
@@ -252,8 +277,11 @@ def connection_from_options(
 def scan(
     urls: Annotated[
         list[str] | None,
-        typer.Argument(help="The server's base URL, e.g. http://127.0.0.1:8000; several URLs (or --targets) scan "
-                       "them at once and compare them as a fleet.", metavar="URL"),
+        typer.Argument(
+            help="The server's base URL, e.g. http://127.0.0.1:8000; several URLs (or --targets) scan "
+            "them at once and compare them as a fleet.",
+            metavar="URL",
+        ),
     ] = None,
     duration: Annotated[
         float, typer.Option("--duration", "-d", help="Seconds to watch the server (at least 3 scrapes).")
@@ -267,8 +295,11 @@ def scan(
     nvml: NvmlOpt = True,
     nvml_replay: Annotated[
         Path | None,
-        typer.Option("--nvml-replay", hidden=True,
-                     help="Play back an NVML recording (bench/gpu_check.py --record) instead of the local driver."),
+        typer.Option(
+            "--nvml-replay",
+            hidden=True,
+            help="Play back an NVML recording (bench/gpu_check.py --record) instead of the local driver.",
+        ),
     ] = None,
     probe: ProbeOpt = None,
     pid: PidOpt = None,
@@ -285,8 +316,11 @@ def scan(
     as_json: JsonOpt = False,
     fail_on: Annotated[
         FailOn | None,
-        typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity (default critical; "
-                     "never for the demo, which is bottlenecked on purpose)."),
+        typer.Option(
+            "--fail-on",
+            help="Exit 1 when a finding is at or above this severity (default critical; "
+            "never for the demo, which is bottlenecked on purpose).",
+        ),
     ] = None,
     config: ConfigOpt = None,
     verbose: VerboseOpt = False,
@@ -294,52 +328,77 @@ def scan(
     markdown: MarkdownOpt = False,
     trace: Annotated[
         Path | None,
-        typer.Option("--trace", help="A folder (or file) of PyTorch profiler traces of this server: their "
-                     "communication signals join the scan's and the network rules judge them."),
+        typer.Option(
+            "--trace",
+            help="A folder (or file) of PyTorch profiler traces of this server: their "
+            "communication signals join the scan's and the network rules judge them.",
+        ),
     ] = None,
     targets_file: Annotated[
         Path | None,
-        typer.Option("--targets", help="A file of targets to scan as a fleet: one URL a line (NAME=URL allowed, "
-                     "'#' comments), or a .toml with [[targets]] as for check."),
+        typer.Option(
+            "--targets",
+            help="A file of targets to scan as a fleet: one URL a line (NAME=URL allowed, "
+            "'#' comments), or a .toml with [[targets]] as for check.",
+        ),
     ] = None,
     concurrency: Annotated[
         int, typer.Option("--concurrency", help="Fleet scans: targets scanned at once.", min=1, max=256)
     ] = 8,
     target_timeout: Annotated[
         float | None,
-        typer.Option("--target-timeout", help="Fleet scans: give up on a target after this many seconds "
-                     "(default: --duration + 30).", min=1.0),
+        typer.Option(
+            "--target-timeout",
+            help="Fleet scans: give up on a target after this many seconds (default: --duration + 30).",
+            min=1.0,
+        ),
     ] = None,
     prometheus: Annotated[
         str | None,
-        typer.Option("--prometheus", help="Read the servers from this Prometheus (or Mimir/Thanos) query API instead "
-                     "of scraping them: every instance the --selector holds, each judged on its own.",
-                     rich_help_panel="Prometheus"),
+        typer.Option(
+            "--prometheus",
+            help="Read the servers from this Prometheus (or Mimir/Thanos) query API instead "
+            "of scraping them: every instance the --selector holds, each judged on its own.",
+            rich_help_panel="Prometheus",
+        ),
     ] = None,
     selector: SelectorOpt = None,
     at: Annotated[
         str | None,
-        typer.Option("--at", help="With --prometheus: judge the window ending at this time (unix seconds, ISO time, "
-                     "or a span ago like 30m); the window is 60 s or 4 scrape intervals.",
-                     rich_help_panel="Prometheus"),
+        typer.Option(
+            "--at",
+            help="With --prometheus: judge the window ending at this time (unix seconds, ISO time, "
+            "or a span ago like 30m); the window is 60 s or 4 scrape intervals.",
+            rich_help_panel="Prometheus",
+        ),
     ] = None,
     since: Annotated[
         str | None,
-        typer.Option("--since", help="With --prometheus: judge the span before now (e.g. 1h) as one window.",
-                     rich_help_panel="Prometheus"),
+        typer.Option(
+            "--since",
+            help="With --prometheus: judge the span before now (e.g. 1h) as one window.",
+            rich_help_panel="Prometheus",
+        ),
     ] = None,
     time_from: Annotated[
         str | None,
-        typer.Option("--from", help="With --prometheus and --to: judge [--from, --to] as one window (a timeline "
-                     "with --step).", rich_help_panel="Prometheus"),
+        typer.Option(
+            "--from",
+            help="With --prometheus and --to: judge [--from, --to] as one window (a timeline with --step).",
+            rich_help_panel="Prometheus",
+        ),
     ] = None,
     time_to: Annotated[
         str | None, typer.Option("--to", help="End of the --from range.", rich_help_panel="Prometheus")
     ] = None,
     step: Annotated[
         str | None,
-        typer.Option("--step", help="With --prometheus and --from/--to (or --since): a verdict timeline, one per "
-                     "step (e.g. 1m); 'auto' for ~30 steps.", rich_help_panel="Prometheus"),
+        typer.Option(
+            "--step",
+            help="With --prometheus and --from/--to (or --since): a verdict timeline, one per "
+            "step (e.g. 1m); 'auto' for ~30 steps.",
+            rich_help_panel="Prometheus",
+        ),
     ] = None,
     prometheus_token_env: PrometheusTokenEnvOpt = None,
     prometheus_token_file: PrometheusTokenFileOpt = None,
@@ -353,26 +412,82 @@ def scan(
 
     if prometheus is not None:
         scan_prometheus(
-            PrometheusOptions(prometheus, selector, at, since, time_from, time_to, step, prometheus_token_env,
-                              prometheus_token_file, prometheus_user, prometheus_password_env, prometheus_ca),
-            header, timeout, insecure, as_json, verbose, fail_on or FailOn.critical, config, html,
-            unsupported={"URL": " ".join(urls or []) or None, "--targets": targets_file, "--markdown": markdown or None,
-                         "--metrics-url": metrics_url, "--dcgm-url": dcgm_url, "--trace": trace,
-                         "--verbose": verbose or None},
-        )  # fmt: skip
+            PrometheusOptions(
+                prometheus,
+                selector,
+                at,
+                since,
+                time_from,
+                time_to,
+                step,
+                prometheus_token_env,
+                prometheus_token_file,
+                prometheus_user,
+                prometheus_password_env,
+                prometheus_ca,
+            ),
+            header,
+            timeout,
+            insecure,
+            as_json,
+            verbose,
+            fail_on or FailOn.critical,
+            config,
+            html,
+            unsupported={
+                "URL": " ".join(urls or []) or None,
+                "--targets": targets_file,
+                "--markdown": markdown or None,
+                "--metrics-url": metrics_url,
+                "--dcgm-url": dcgm_url,
+                "--trace": trace,
+                "--verbose": verbose or None,
+            },
+        )
     if urls and len(urls) > 1 or targets_file is not None:
         scan_fleet(
-            urls or [], targets_file, duration, concurrency, target_timeout, header, api_key, timeout, insecure,
-            probe, max_metrics_bytes, server, as_json, fail_on or FailOn.critical, config, html,
-            unsupported={"--metrics-url": metrics_url, "--dcgm-url": dcgm_url, "--pid": pid, "--gpu": gpu,
-                         "--model-shape": model_shape, "--trace": trace, "--nvml-replay": nvml_replay,
-                         "--markdown": markdown or None, "--verbose": verbose or None},
-        )  # fmt: skip
+            urls or [],
+            targets_file,
+            duration,
+            concurrency,
+            target_timeout,
+            header,
+            api_key,
+            timeout,
+            insecure,
+            probe,
+            max_metrics_bytes,
+            server,
+            as_json,
+            fail_on or FailOn.critical,
+            config,
+            html,
+            unsupported={
+                "--metrics-url": metrics_url,
+                "--dcgm-url": dcgm_url,
+                "--pid": pid,
+                "--gpu": gpu,
+                "--model-shape": model_shape,
+                "--trace": trace,
+                "--nvml-replay": nvml_replay,
+                "--markdown": markdown or None,
+                "--verbose": verbose or None,
+            },
+        )
     url = urls[0] if urls else None
     if url is None:
         stderr.print("[dim]no server given: scanning the built-in demo server (`llmdiag demo --help`)[/]")
-        demo(preset=DEFAULT_DEMO_PRESET, duration=duration, output=None, as_json=as_json,
-             fail_on=fail_on or FailOn.never, config=config, verbose=verbose, html=html, markdown=markdown)
+        demo(
+            preset=DEFAULT_DEMO_PRESET,
+            duration=duration,
+            output=None,
+            as_json=as_json,
+            fail_on=fail_on or FailOn.never,
+            config=config,
+            verbose=verbose,
+            html=html,
+            markdown=markdown,
+        )
     try:
         check_outputs(as_json, markdown)
         connection = connection_from_options(url, metrics_url, header, api_key, timeout, insecure, max_metrics_bytes)
@@ -380,7 +495,10 @@ def scan(
         trace_report = read_scan_trace(trace) if trace is not None else None
         with scan_progress(connection.base_url, quiet=as_json) as tick:
             verdict = diagnose(
-                connection, duration, settings, on_progress=tick,
+                connection,
+                duration,
+                settings,
+                on_progress=tick,
                 telemetry=TelemetryOptions(
                     dcgm_url=dcgm_url,
                     nvml="auto" if nvml or nvml_replay else "off",
@@ -403,11 +521,24 @@ def scan(
 
 
 def scan_fleet(
-    urls: list[str], targets_file: Path | None, duration: float, concurrency: int, target_timeout: float | None,
-    header: list[str] | None, api_key: str | None, timeout: float, insecure: bool, probe: bool | None,
-    max_metrics_bytes: int, server: str | None, as_json: bool, fail_on: FailOn, config: Path | None,
-    html: Path | None, unsupported: dict[str, object],
-) -> NoReturn:  # fmt: skip
+    urls: list[str],
+    targets_file: Path | None,
+    duration: float,
+    concurrency: int,
+    target_timeout: float | None,
+    header: list[str] | None,
+    api_key: str | None,
+    timeout: float,
+    insecure: bool,
+    probe: bool | None,
+    max_metrics_bytes: int,
+    server: str | None,
+    as_json: bool,
+    fail_on: FailOn,
+    config: Path | None,
+    html: Path | None,
+    unsupported: dict[str, object],
+) -> NoReturn:
     """Several targets at once: the fleet view. Exit 2 only when no target could be probed; otherwise by the worst
     finding (a replica's or the fleet's) against --fail-on."""
     from llmdiag.api import diagnose_fleet
@@ -419,9 +550,10 @@ def scan_fleet(
     try:
         given = [name for name, value in unsupported.items() if value]
         if given:
-            raise UsageError(f"{', '.join(given)} belong(s) to a one-server scan, and several targets were given",
-                             "name each server in a targets .toml with its own metrics_url and dcgm_url, or scan "
-                             "one URL")  # fmt: skip
+            raise UsageError(
+                f"{', '.join(given)} belong(s) to a one-server scan, and several targets were given",
+                "name each server in a targets .toml with its own metrics_url and dcgm_url, or scan one URL",
+            )
         settings = load_settings(config)
         targets = read_targets_file(targets_file) if targets_file is not None else []
         targets += url_targets(urls, taken={t.name for t in targets})
@@ -433,18 +565,29 @@ def scan_fleet(
         # plain URLs (command line or a plain list) get --header, --api-key, --timeout, --insecure
         from_toml = targets_file is not None and targets_file.suffix == ".toml"
         connections = [
-            (t.name, connection_for(t, max_metrics_bytes) if from_toml and i < len(targets) - len(urls) else
-             connection_from_options(t.url, None, header, api_key, timeout, insecure, max_metrics_bytes))
+            (
+                t.name,
+                connection_for(t, max_metrics_bytes)
+                if from_toml and i < len(targets) - len(urls)
+                else connection_from_options(t.url, None, header, api_key, timeout, insecure, max_metrics_bytes),
+            )
             for i, t in enumerate(targets)
-        ]  # fmt: skip
+        ]
         if not as_json:
-            stderr.print(f"[dim]scanning {len(targets)} targets, {min(concurrency, len(targets))} at a time, "
-                         f"{duration:g} s each[/]")  # fmt: skip
+            stderr.print(
+                f"[dim]scanning {len(targets)} targets, {min(concurrency, len(targets))} at a time, "
+                f"{duration:g} s each[/]"
+            )
         report = diagnose_fleet(
-            connections, duration, settings, concurrency=concurrency,
+            connections,
+            duration,
+            settings,
+            concurrency=concurrency,
             target_timeout_seconds=target_timeout or duration + 30,
-            canary=probe if probe is not None else True, canary_off_reason="--no-probe", server=server,
-        )  # fmt: skip
+            canary=probe if probe is not None else True,
+            canary_off_reason="--no-probe",
+            server=server,
+        )
         if html is not None:
             write_html(html, report, quiet=as_json)
     except LlmdiagError as error:
@@ -454,12 +597,18 @@ def scan_fleet(
     else:
         stdout.print(render_fleet(report))
     if report.probed() == 0:
-        fail(UsageError(f"none of the {len(report.targets)} targets could be probed",
-                        "see each row's error; check the URLs and that the servers are up"))  # fmt: skip
+        fail(
+            UsageError(
+                f"none of the {len(report.targets)} targets could be probed",
+                "see each row's error; check the URLs and that the servers are up",
+            )
+        )
     unreachable = len(report.targets) - report.probed()
     if unreachable and not as_json:
-        stderr.print(f"[yellow]WARNING:[/] {unreachable} of {len(report.targets)} targets could not be probed "
-                     "(class unknown, left out of the comparison)")  # fmt: skip
+        stderr.print(
+            f"[yellow]WARNING:[/] {unreachable} of {len(report.targets)} targets could not be probed "
+            "(class unknown, left out of the comparison)"
+        )
     worst = report.worst_severity()
     failing = fail_on is not FailOn.never and worst is not None and worst.rank >= Severity(fail_on.value).rank
     raise typer.Exit(EXIT_FINDINGS if failing else EXIT_OK)
@@ -482,9 +631,17 @@ class PrometheusOptions:
 
 
 def scan_prometheus(
-    opts: PrometheusOptions, header: list[str] | None, timeout: float, insecure: bool, as_json: bool, verbose: bool,
-    fail_on: FailOn, config: Path | None, html: Path | None = None, unsupported: dict[str, object] | None = None,
-) -> NoReturn:  # fmt: skip
+    opts: PrometheusOptions,
+    header: list[str] | None,
+    timeout: float,
+    insecure: bool,
+    as_json: bool,
+    verbose: bool,
+    fail_on: FailOn,
+    config: Path | None,
+    html: Path | None = None,
+    unsupported: dict[str, object] | None = None,
+) -> NoReturn:
     """`scan --prometheus URL`: every instance of the selector judged from PromQL as a fleet (the same view as a
     multi-target scan), or with --step a fleet timeline. Exit as for a fleet scan: by the worst finding shown (the
     worst step's, for a timeline) against --fail-on; 2 when Prometheus cannot be read or the arguments are wrong."""
@@ -496,14 +653,22 @@ def scan_prometheus(
     try:
         given = [name for name, value in (unsupported or {}).items() if value]
         if given:
-            raise UsageError(f"{', '.join(given)} cannot go with --prometheus, which reads every server from "
-                             "Prometheus", "narrow the servers with --selector '{job=\"vllm\"}', or scan URLs "
-                             "without --prometheus")  # fmt: skip
+            raise UsageError(
+                f"{', '.join(given)} cannot go with --prometheus, which reads every server from Prometheus",
+                "narrow the servers with --selector '{job=\"vllm\"}', or scan URLs without --prometheus",
+            )
         settings = load_settings(config)
         source = PrometheusSource.from_options(
-            opts.url, header, opts.token_env, opts.token_file, opts.user, opts.password_env, opts.ca, insecure,
+            opts.url,
+            header,
+            opts.token_env,
+            opts.token_file,
+            opts.user,
+            opts.password_env,
+            opts.ca,
+            insecure,
             timeout_seconds=max(timeout, 30.0),
-        )  # fmt: skip
+        )
         given = [n for n, v in (("--at", opts.at), ("--since", opts.since), ("--from", opts.time_from)) if v]
         if len(given) > 1:
             raise UsageError(f"{' and '.join(given)} both pick the time range", "give one of --at, --since, --from")
@@ -535,8 +700,13 @@ def scan_prometheus(
     else:
         stdout.print(render_fleet(report))
     if report.probed() == 0:
-        fail(UsageError(f"Prometheus holds no inference-server data for any of the {len(report.targets)} "
-                        "instance(s) in this range", "see each row's reason; check --selector and the time range"))
+        fail(
+            UsageError(
+                f"Prometheus holds no inference-server data for any of the {len(report.targets)} "
+                "instance(s) in this range",
+                "see each row's reason; check --selector and the time range",
+            )
+        )
     worst = report.worst_severity()
     failing = fail_on is not FailOn.never and worst is not None and worst.rank >= Severity(fail_on.value).rank
     raise typer.Exit(EXIT_FINDINGS if failing else EXIT_OK)
@@ -596,9 +766,13 @@ def load_progress(total_seconds: float, quiet: bool) -> Iterator[Callable[[str],
         yield lambda line: stderr.print(f"[dim]{escape(line)}[/]")
         return
     with Progress(
-        TextColumn("[dim]{task.description}"), BarColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-        console=stderr, transient=True,
-    ) as progress:  # fmt: skip
+        TextColumn("[dim]{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=stderr,
+        transient=True,
+    ) as progress:
         task = progress.add_task("starting", total=total_seconds)
         started, done = time.monotonic(), threading.Event()
 
@@ -641,7 +815,10 @@ def demo(
         settings = load_settings(config)
         with scan_progress(f"the simulated server ({preset})", quiet=as_json) as tick:
             verdict = run_demo(
-                preset, duration, settings, on_progress=tick,
+                preset,
+                duration,
+                settings,
+                on_progress=tick,
                 on_phase=None if as_json else lambda line: stderr.print(f"[dim]{escape(line)}[/]"),
             )
         if output is not None:
@@ -670,8 +847,12 @@ def sim_serve(
     ] = 1.0,
     load: Annotated[bool, typer.Option("--load", help="Also drive the preset's own bounded load.")] = False,
     dialect: Annotated[
-        str, typer.Option("--dialect", help="The server whose metrics pages it serves: vllm, sglang, tgi, llamacpp, "
-                          "trtllm, triton (the same simulated engine behind each).")
+        str,
+        typer.Option(
+            "--dialect",
+            help="The server whose metrics pages it serves: vllm, sglang, tgi, llamacpp, "
+            "trtllm, triton (the same simulated engine behind each).",
+        ),
     ] = "vllm",
 ) -> None:
     """Serve a simulated vLLM, or another server's dialect (OpenAI API, metrics, /dcgm/metrics) until Ctrl-C."""
@@ -726,13 +907,19 @@ def trace(
     ],
     link: Annotated[
         str | None,
-        typer.Option("--link", help="The link the collectives ran over (nvlink2..nvlink5, pcie4x16, ib-ndr …); "
-                     "default: from the trace's GPU model where it implies one (SXM boards)."),
+        typer.Option(
+            "--link",
+            help="The link the collectives ran over (nvlink2..nvlink5, pcie4x16, ib-ndr …); "
+            "default: from the trace's GPU model where it implies one (SXM boards).",
+        ),
     ] = None,
     hta_compat: Annotated[
         bool,
-        typer.Option("--hta-compat", help="Count as HolisticTraceAnalysis does: µs-rounded timestamps, the last "
-                     "ProfilerStep dropped, only nccl…Kernel names as communication."),
+        typer.Option(
+            "--hta-compat",
+            help="Count as HolisticTraceAnalysis does: µs-rounded timestamps, the last "
+            "ProfilerStep dropped, only nccl…Kernel names as communication.",
+        ),
     ] = False,
     as_json: JsonOpt = False,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Also write the JSON report here.")] = None,
@@ -782,8 +969,10 @@ def analyze(
     server: ServerOpt = None,
     since: Annotated[
         str | None,
-        typer.Option("--since", help="Logs: judge lines from this time on (2026-11-30T06:40:00, 06:40, or 30m "
-                     "before the last line)."),
+        typer.Option(
+            "--since",
+            help="Logs: judge lines from this time on (2026-11-30T06:40:00, 06:40, or 30m before the last line).",
+        ),
     ] = None,
     until: Annotated[
         str | None, typer.Option("--until", help="Logs: judge lines up to this time (same forms as --since).")
@@ -891,11 +1080,19 @@ def load(
         closed = rate is None
         levels = parse_levels(rate, "--rate") if rate else parse_levels(users or sweep or "8", "--users")
         plan = LoadPlan(
-            levels=levels, mode="closed" if closed else "open", duration_seconds=duration, warmup_seconds=warmup,
-            max_requests=requests_cap, prompt_tokens=TokenLengths.parse(prompt_tokens, "--prompt-tokens"),
-            output_tokens=TokenLengths.parse(output_tokens, "--output-tokens"), model=model, chat=chat,
-            think_time_seconds=think_time, allow_remote=allow_remote, timeout_seconds=timeout,
-        )  # fmt: skip
+            levels=levels,
+            mode="closed" if closed else "open",
+            duration_seconds=duration,
+            warmup_seconds=warmup,
+            max_requests=requests_cap,
+            prompt_tokens=TokenLengths.parse(prompt_tokens, "--prompt-tokens"),
+            output_tokens=TokenLengths.parse(output_tokens, "--output-tokens"),
+            model=model,
+            chat=chat,
+            think_time_seconds=think_time,
+            allow_remote=allow_remote,
+            timeout_seconds=timeout,
+        )
         plan.validate_levels()  # before a simulator is started for nothing
         settings = load_settings(config)
 
@@ -916,13 +1113,13 @@ def load(
             with SimServer(get_preset(preset)) as sim:
                 if not as_json:
                     stderr.print(f"[dim]no server given: loading the built-in simulator ({preset}) at {sim.url}[/]")
-                report = go(Connection(base_url=sim.url),
-                            TelemetryOptions(dcgm_url=sim.dcgm_url, nvml="off", host=False))  # fmt: skip
+                report = go(
+                    Connection(base_url=sim.url), TelemetryOptions(dcgm_url=sim.dcgm_url, nvml="off", host=False)
+                )
         else:
             # the scrapes keep scan's short timeout; the load's requests wait up to --timeout for each byte
             connection = connection_from_options(url, metrics_url, header, api_key, min(timeout, 10.0), insecure)
-            report = go(connection, TelemetryOptions(dcgm_url=dcgm_url, nvml="auto" if nvml else "off",
-                                                     pids=pid or []))  # fmt: skip
+            report = go(connection, TelemetryOptions(dcgm_url=dcgm_url, nvml="auto" if nvml else "off", pids=pid or []))
         if output is not None:
             write_atomic(output, report.model_dump_json(indent=2) + "\n")
         if html is not None:
@@ -1074,8 +1271,9 @@ def check(
     ] = None,
     duration: Annotated[
         float | None,
-        typer.Option("--duration", "-d", help="Seconds to watch each target (default: \\[check] window_seconds, 10).",
-                     min=1.0),
+        typer.Option(
+            "--duration", "-d", help="Seconds to watch each target (default: \\[check] window_seconds, 10).", min=1.0
+        ),
     ] = None,
     metrics_url: MetricsUrlOpt = None,
     header: HeaderOpt = None,
@@ -1094,8 +1292,10 @@ def check(
     ] = None,
     history: Annotated[
         Path | None,
-        typer.Option("--history", help="The SQLite history (default: \\[check] history, or "
-                     "$XDG_STATE_HOME/llmdiag/history.sqlite)."),
+        typer.Option(
+            "--history",
+            help="The SQLite history (default: \\[check] history, or $XDG_STATE_HOME/llmdiag/history.sqlite).",
+        ),
     ] = None,
     no_history: Annotated[
         bool, typer.Option("--no-history", help="Neither read a baseline nor record this check.")
@@ -1104,9 +1304,13 @@ def check(
     config: ConfigOpt = None,
     prometheus: Annotated[
         str | None,
-        typer.Option("--prometheus", help="Check every server this Prometheus (or Mimir/Thanos) holds under "
-                     "--selector, over its last minute (or --duration), plus the fleet rules across them: one "
-                     "target per instance.", rich_help_panel="Prometheus"),
+        typer.Option(
+            "--prometheus",
+            help="Check every server this Prometheus (or Mimir/Thanos) holds under "
+            "--selector, over its last minute (or --duration), plus the fleet rules across them: one "
+            "target per instance.",
+            rich_help_panel="Prometheus",
+        ),
     ] = None,
     selector: SelectorOpt = None,
     prometheus_token_env: PrometheusTokenEnvOpt = None,
@@ -1128,24 +1332,45 @@ def check(
         connections: dict[str, Connection] = {}
         source = None
         if prometheus is not None:
-            given = [n for n, v in (("URL", urls), ("--target", target), ("--metrics-url", metrics_url),
-                                    ("--dcgm-url", dcgm_url)) if v]  # fmt: skip
+            given = [
+                n
+                for n, v in (
+                    ("URL", urls),
+                    ("--target", target),
+                    ("--metrics-url", metrics_url),
+                    ("--dcgm-url", dcgm_url),
+                )
+                if v
+            ]
             if given:
-                raise UsageError(f"{', '.join(given)} cannot go with --prometheus, which reads every server from "
-                                 "Prometheus", "narrow the servers with --selector '{job=\"vllm\"}'")  # fmt: skip
+                raise UsageError(
+                    f"{', '.join(given)} cannot go with --prometheus, which reads every server from Prometheus",
+                    "narrow the servers with --selector '{job=\"vllm\"}'",
+                )
             from llmdiag.collect.promql import PrometheusSource
 
             source = PrometheusSource.from_options(
-                prometheus, header, prometheus_token_env, prometheus_token_file, prometheus_user,
-                prometheus_password_env, prometheus_ca, insecure, timeout_seconds=max(timeout, 30.0),
-            )  # fmt: skip
+                prometheus,
+                header,
+                prometheus_token_env,
+                prometheus_token_file,
+                prometheus_user,
+                prometheus_password_env,
+                prometheus_ca,
+                insecure,
+                timeout_seconds=max(timeout, 30.0),
+            )
         elif urls:
             if target:
-                raise UsageError("--target names a config target; with URLs on the command line it has no meaning",
-                                 "give URLs, or --target NAME for the [[targets]] of llmdiag.toml")  # fmt: skip
+                raise UsageError(
+                    "--target names a config target; with URLs on the command line it has no meaning",
+                    "give URLs, or --target NAME for the [[targets]] of llmdiag.toml",
+                )
             if len(urls) > 1 and (metrics_url or dcgm_url):
-                raise UsageError("--metrics-url and --dcgm-url belong to one server, and several URLs were given",
-                                 "name each server in llmdiag.toml's [[targets]] with its own metrics_url and dcgm_url")
+                raise UsageError(
+                    "--metrics-url and --dcgm-url belong to one server, and several URLs were given",
+                    "name each server in llmdiag.toml's [[targets]] with its own metrics_url and dcgm_url",
+                )
             from llmdiag.targets import url_targets
 
             targets = url_targets(urls)
@@ -1154,8 +1379,10 @@ def check(
                 t.dcgm_url, t.nvml, t.probe, t.metrics_url = dcgm_url, nvml, probe, metrics_url
         else:
             if not settings.targets:
-                raise UsageError("no target: give a URL, or name targets in llmdiag.toml",
-                                 "llmdiag check http://HOST:8000, or [[targets]] name = … url = … in llmdiag.toml")
+                raise UsageError(
+                    "no target: give a URL, or name targets in llmdiag.toml",
+                    "llmdiag check http://HOST:8000, or [[targets]] name = … url = … in llmdiag.toml",
+                )
             known = {t.name: t for t in settings.targets}
             unknown = [name for name in target or [] if name not in known]
             if unknown:
@@ -1163,17 +1390,19 @@ def check(
             targets = [known[name] for name in target] if target else list(settings.targets)
         textfile = textfile or settings.check.textfile
         if textfile is not None and not textfile.is_dir():
-            raise UsageError(f"--textfile {textfile}: not a folder",
-                             "give node_exporter's --collector.textfile.directory, e.g. "
-                             "/var/lib/node_exporter/textfile_collector")  # fmt: skip
+            raise UsageError(
+                f"--textfile {textfile}: not a folder",
+                "give node_exporter's --collector.textfile.directory, e.g. /var/lib/node_exporter/textfile_collector",
+            )
         store = None
         if not no_history:
             store = History.open(history or settings.check.history or default_history_path())
         if source is not None:
             report: CheckReport = run_prometheus_check(source, selector, settings, duration, store)
         else:
-            report = run_check(targets, settings, duration or settings.check.window_seconds, store,
-                               connections=connections)  # fmt: skip
+            report = run_check(
+                targets, settings, duration or settings.check.window_seconds, store, connections=connections
+            )
     except LlmdiagError as error:
         check_unknown(error.message, error.hint)
     if textfile is not None:

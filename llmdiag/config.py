@@ -61,8 +61,10 @@ class Target(BaseModel):
     def _no_literal_secrets(cls, headers: dict[str, str]) -> dict[str, str]:
         for name in headers:
             if name.lower() in SECRET_HEADERS:
-                raise ValueError(f"'{name}' carries a credential: put it in an environment variable and name that "
-                                 f"variable in headers_env (or api_key_env for a bearer token)")  # fmt: skip
+                raise ValueError(
+                    f"'{name}' carries a credential: put it in an environment variable and name that "
+                    f"variable in headers_env (or api_key_env for a bearer token)"
+                )
         return headers
 
 

@@ -104,8 +104,10 @@ class History:
             db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
             mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
-                raise HistoryError(f"the history {self.path} cannot use WAL mode (it reports '{mode}')",
-                                   "keep it on a local file system, not NFS")  # fmt: skip
+                raise HistoryError(
+                    f"the history {self.path} cannot use WAL mode (it reports '{mode}')",
+                    "keep it on a local file system, not NFS",
+                )
             db.execute("PRAGMA synchronous = NORMAL")  # safe with WAL: a power cut loses at most the last commit
             yield db
         except sqlite3.DatabaseError as exc:
@@ -167,9 +169,8 @@ class History:
         """Medians of the target's judged, busy checks in the last ``days`` (the check being made is not in it)."""
         since = (now if now is not None else time.time()) - days * 86400
         past = [
-            r for r in self.rows(target, since)
-            if r.bottleneck is not None and r.bottleneck not in BASELINE_EXCLUDES
-        ]  # fmt: skip
+            r for r in self.rows(target, since) if r.bottleneck is not None and r.bottleneck not in BASELINE_EXCLUDES
+        ]
         baseline = Baseline(target=target, since_unix=since, days=days, min_checks=min_checks, checks=len(past))
         for column in BASELINE_SIGNALS:
             values = [v for r in past if (v := getattr(r, column)) is not None]

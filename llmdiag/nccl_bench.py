@@ -570,8 +570,15 @@ def build_signals(report: dict[str, Any]) -> Any:
             signals.add(Signal.missing(name, "derived", unit, why, source))
         else:
             signals.add(
-                Signal(name=name, kind="derived", unit=unit, stats={"value": value}, source=source, verify=verify,
-                       by_series=by or {})  # fmt: skip
+                Signal(
+                    name=name,
+                    kind="derived",
+                    unit=unit,
+                    stats={"value": value},
+                    source=source,
+                    verify=verify,
+                    by_series=by or {},
+                )
             )
 
     no_run = "unavailable: no collective measured" + (" (one rank)" if ranks == 1 else "")
@@ -698,8 +705,10 @@ def format_table(report: dict[str, Any]) -> str:
     ]
     link = report["link"]
     if link.get("name"):
-        lines.append(f"link: {link['name']} ({link['title']}; {link['how']}), expected busbw "
-                     f"{_gb(link['expected_bus_bandwidth_bytes_per_second'])} GB/s")  # fmt: skip
+        lines.append(
+            f"link: {link['name']} ({link['title']}; {link['how']}), expected busbw "
+            f"{_gb(link['expected_bus_bandwidth_bytes_per_second'])} GB/s"
+        )
     else:
         lines.append(f"link: unavailable ({link['unavailable']})")
     if report["results"]:
@@ -721,8 +730,11 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(
             f"memory copy ({memory['device']}, {memory['size_bytes']} bytes): "
             f"{_gb(memory['copy_bandwidth_bytes_per_second'])} GB/s read+write"
-            + (f", {ratio:.0%} of the {_gb(peak)} GB/s peak ({memory['peak_how']})" if ratio else
-               f" ({memory['peak_how']})")  # fmt: skip
+            + (
+                f", {ratio:.0%} of the {_gb(peak)} GB/s peak ({memory['peak_how']})"
+                if ratio
+                else f" ({memory['peak_how']})"
+            )
             + f", check {memory['check']}"
         )
     signals = report.get("signals", {})
@@ -730,8 +742,11 @@ def format_table(report: dict[str, Any]) -> str:
     if ratio_signal.get("unavailable"):
         lines.append(f"busbw vs link: {ratio_signal['unavailable']}")
     elif ratio_signal:
-        lines.append(f"busbw vs link: {ratio_signal['stats']['value']:.0%} of the expected busbw (all ops: "
-                     + ", ".join(f"{k} {v:.0%}" for k, v in ratio_signal["by_series"].items()) + ")")  # fmt: skip
+        lines.append(
+            f"busbw vs link: {ratio_signal['stats']['value']:.0%} of the expected busbw (all ops: "
+            + ", ".join(f"{k} {v:.0%}" for k, v in ratio_signal["by_series"].items())
+            + ")"
+        )
     for finding in report.get("findings", []):
         lines.append(f"{finding['severity'].upper()} {finding['code']}: {finding.get('summary', '')}")
     return "\n".join(lines)

@@ -68,12 +68,19 @@ def default_nproc() -> int:
 
 def torchrun_command(nproc: int, bench_args: list[str], port: int) -> list[str]:
     return [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nproc-per-node", str(nproc),
-        "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", f"127.0.0.1:{port}",
-        "-m", "llmdiag.nccl_bench", *bench_args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "-m",
+        "llmdiag.nccl_bench",
+        *bench_args,
+    ]
 
 
 def _failure_line(log: str) -> tuple[str, str]:
@@ -125,7 +132,9 @@ def run_bench(
             message, hint = _failure_line(proc.stdout + "\n" + proc.stderr)
             if re.search(r"CUDA|NCCL", message) and not hint:
                 hint = "rerun with NCCL_DEBUG=INFO to see which transport NCCL chose"
-            raise BenchFailedError(f"nccl-bench failed (torchrun exit {proc.returncode}): {message}",
-                                   f"{hint + '; ' if hint else ''}full log: {log.name}")  # fmt: skip
+            raise BenchFailedError(
+                f"nccl-bench failed (torchrun exit {proc.returncode}): {message}",
+                f"{hint + '; ' if hint else ''}full log: {log.name}",
+            )
         report = None if to_stdout else json.loads(out.read_text(encoding="utf-8"))
     return BenchRun(report=report, stdout=proc.stdout, command=command)

@@ -18,8 +18,13 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def _with_deadline(job: Callable[[T], R], item: T, timeout_seconds: float, on_timeout: Callable[[T, float], R],
-                   on_error: Callable[[T, BaseException], R] | None) -> R:  # fmt: skip
+def _with_deadline(
+    job: Callable[[T], R],
+    item: T,
+    timeout_seconds: float,
+    on_timeout: Callable[[T, float], R],
+    on_error: Callable[[T, BaseException], R] | None,
+) -> R:
     box: dict[str, object] = {}
 
     def run() -> None:

@@ -24,9 +24,13 @@ from tests.required import require_tool
 
 CHROMIUM = Path(os.environ.get("LLMDIAG_CHROMIUM", "/usr/bin/chromium"))
 LAUNCH_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run",
-]  # fmt: skip
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 REQUIRED_ENV = "LLMDIAG_BROWSER_TESTS"
 OUTPUT_DIR = Path(__file__).resolve().parents[1] / "test-output" / "browser"
 

@@ -83,17 +83,21 @@ def scrape_config(groups: dict[str, list[Target]], interval_seconds: float) -> s
         paths = {p.path or "/metrics" for p in parts}
         if len(paths) > 1:
             raise ValueError(f"job {job}: its targets must share one metrics path, got {sorted(paths)}")
-        jobs.append({
-            "job_name": job,
-            "metrics_path": paths.pop() if paths else "/metrics",
-            "scheme": parts[0].scheme if parts else "http",
-            "static_configs": [
-                {"targets": [p.netloc], "labels": labels} for p, (_, labels) in zip(parts, pairs, strict=True)
-            ],
-        })  # fmt: skip
+        jobs.append(
+            {
+                "job_name": job,
+                "metrics_path": paths.pop() if paths else "/metrics",
+                "scheme": parts[0].scheme if parts else "http",
+                "static_configs": [
+                    {"targets": [p.netloc], "labels": labels} for p, (_, labels) in zip(parts, pairs, strict=True)
+                ],
+            }
+        )
     interval = f"{int(interval_seconds * 1000)}ms"
-    config = {"global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
-              "scrape_configs": jobs}  # fmt: skip
+    config = {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
+        "scrape_configs": jobs,
+    }
     return json.dumps(config, indent=1)
 
 
@@ -116,11 +120,18 @@ class PrometheusServer:
         log = open(root / "prometheus.log", "wb")  # noqa: SIM115 (closed with the process)
         self._log = log
         self._proc = subprocess.Popen(
-            [BINARY, f"--config.file={root / 'prometheus.yml'}", f"--storage.tsdb.path={root / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h",
-             "--log.level=warn", *self.extra_args],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                BINARY,
+                f"--config.file={root / 'prometheus.yml'}",
+                f"--storage.tsdb.path={root / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=1h",
+                "--log.level=warn",
+                *self.extra_args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

@@ -55,13 +55,34 @@ def pin(result: CliResult) -> CliResult:
         _seen.append([result.returncode, lines])
     return result
 
+
 # A scan window short enough to keep the file fast: 3 scrapes, 0.5 s apart.
 FAST = ("--duration", "1", "--timeout", "1")
 
 TTFT_BOUNDS = (
-    "0.001", "0.005", "0.01", "0.02", "0.04", "0.06", "0.08", "0.1", "0.25", "0.5", "0.75", "1.0",
-    "2.5", "5.0", "7.5", "10.0", "20.0", "40.0", "80.0", "160.0", "640.0", "2560.0",
-)  # fmt: skip
+    "0.001",
+    "0.005",
+    "0.01",
+    "0.02",
+    "0.04",
+    "0.06",
+    "0.08",
+    "0.1",
+    "0.25",
+    "0.5",
+    "0.75",
+    "1.0",
+    "2.5",
+    "5.0",
+    "7.5",
+    "10.0",
+    "20.0",
+    "40.0",
+    "80.0",
+    "160.0",
+    "640.0",
+    "2560.0",
+)
 
 
 def vllm_exposition(requests_done: int = 10, *, running: int = 1, waiting: int = 0, kv: float = 0.25) -> str:
@@ -101,8 +122,10 @@ def vllm_exposition(requests_done: int = 10, *, running: int = 1, waiting: int =
 def padded_exposition(target_bytes: int) -> bytes:
     """A valid vLLM page grown to about ``target_bytes`` with HTTP middleware series, as a busy server has."""
     head = vllm_exposition()
-    rows = ["# HELP http_requests_total Total number of requests by method, status and handler.",
-            "# TYPE http_requests_total counter"]  # fmt: skip
+    rows = [
+        "# HELP http_requests_total Total number of requests by method, status and handler.",
+        "# TYPE http_requests_total counter",
+    ]
     size, i = len(head), 0
     while size < target_bytes:
         row = f'http_requests_total{{handler="/v1/route/{i:07d}",method="POST",status="2xx"}} {i}.0'
@@ -360,7 +383,7 @@ def test_dcgm_failure_is_shown_in_the_terminal_coverage():
     with ScriptedServer(growing_vllm) as server:
         result = scan(server.url, "--dcgm-url", f"http://127.0.0.1:{port}/metrics")
     assert result.returncode in (0, 1), result.stderr
-    coverage = result.stdout[result.stdout.index("Coverage"):]
+    coverage = result.stdout[result.stdout.index("Coverage") :]
     assert "DCGM exporter: " in coverage and "connection refused" in coverage
 
 
@@ -369,7 +392,7 @@ def test_dcgm_page_sends_no_credentials():
 
     def dcgm(path: str, headers: dict[str, str]) -> Reply:
         seen.append(headers)
-        return Reply(body=b"# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\",Hostname=\"h\"} 40\n")
+        return Reply(body=b'# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="h"} 40\n')
 
     with ScriptedServer(growing_vllm) as server, ScriptedServer(dcgm) as exporter:
         result = scan(server.url, "--dcgm-url", f"{exporter.url}/metrics", "--api-key", "sk-secret", "--json")

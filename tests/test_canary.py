@@ -37,8 +37,12 @@ def delaying_proxy(upstream: str, delay_seconds: float) -> Iterator[str]:
             body = await request.read()
         except ConnectionResetError:  # the scan ended and cancelled its last canary while we held it back
             return web.Response(status=499)
-        async with box["session"].request(request.method, upstream + request.path_qs, data=body,
-                                          headers={"Content-Type": request.headers.get("Content-Type", "")}) as up:
+        async with box["session"].request(
+            request.method,
+            upstream + request.path_qs,
+            data=body,
+            headers={"Content-Type": request.headers.get("Content-Type", "")},
+        ) as up:
             content_type = up.headers.get("Content-Type", "")
             response = web.StreamResponse(status=up.status, headers={"Content-Type": content_type})
             await response.prepare(request)
@@ -65,6 +69,7 @@ def delaying_proxy(upstream: str, delay_seconds: float) -> Iterator[str]:
     try:
         yield box["url"]
     finally:
+
         async def stop() -> None:
             await box["runner"].cleanup()
             await box["session"].close()
@@ -75,8 +80,9 @@ def delaying_proxy(upstream: str, delay_seconds: float) -> Iterator[str]:
 
 
 def scan(url: str, *extra: str, duration: str = "8") -> dict:
-    result = run_cli("scan", url, "--duration", duration, "--json", "--no-nvml", "--fail-on", "never", *extra,
-                     timeout=120)  # fmt: skip
+    result = run_cli(
+        "scan", url, "--duration", duration, "--json", "--no-nvml", "--fail-on", "never", *extra, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -105,8 +111,11 @@ def test_canaries_see_what_the_server_measures_when_nothing_is_in_between():
 
 def test_a_buffering_proxy_shows_up_as_the_gap_between_client_and_server():
     preset = get_preset("healthy")
-    with SimServer(preset) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=60), \
-            delaying_proxy(sim.url, PROXY_DELAY_SECONDS) as proxy:
+    with (
+        SimServer(preset) as sim,
+        ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=60),
+        delaying_proxy(sim.url, PROXY_DELAY_SECONDS) as proxy,
+    ):
         time.sleep(2)
         verdict = scan(proxy, duration="12")  # each canary takes the proxy's second: enough of them to judge
     finding = next(f for f in verdict["findings"] if f["code"] == "SCH007")

@@ -10,8 +10,21 @@ import pytest
 
 from tests.conftest import CliResult, run_cli
 
-EXAMPLE = ("capacity", "--gpu", "H100", "--model", "llama-3-8b", "--tp", "1", "--users", "1000",
-           "--prompt-tokens", "500", "--output-tokens", "200")  # fmt: skip
+EXAMPLE = (
+    "capacity",
+    "--gpu",
+    "H100",
+    "--model",
+    "llama-3-8b",
+    "--tp",
+    "1",
+    "--users",
+    "1000",
+    "--prompt-tokens",
+    "500",
+    "--output-tokens",
+    "200",
+)
 SMALL = ("--users", "10", "--prompt-tokens", "100", "--output-tokens", "50")
 
 
@@ -31,8 +44,14 @@ def test_the_issue_example_in_the_terminal():
     out = result.stdout
     assert "KV-CACHE MEMORY" in out
     assert "655 of 1,000 users fit at 700 tokens each; 345 wait" in out
-    for section in ("Memory per GPU", "Decode throughput", "What runs out at 1,000 users", "Time to first token",
-                    "The seed arithmetic", "Notes"):  # fmt: skip
+    for section in (
+        "Memory per GPU",
+        "Decode throughput",
+        "What runs out at 1,000 users",
+        "Time to first token",
+        "The seed arithmetic",
+        "Notes",
+    ):
         assert section in out, section
     assert "0.147 tokens/s each" in out  # the naive split
     assert result.stderr == ""
@@ -45,8 +64,14 @@ def test_the_issue_example_as_json():
     assert report["schema_version"] == "1" and report["kind"] == "capacity"
     assert report["limited_by"] == "kv_memory"
     assert {r["resource"] for r in report["resources"]} == {
-        "kv_memory", "max_num_seqs", "max_num_batched_tokens", "compute", "hbm_bandwidth", "interconnect", "scheduler",
-    }  # fmt: skip
+        "kv_memory",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "compute",
+        "hbm_bandwidth",
+        "interconnect",
+        "scheduler",
+    }
     assert report["memory"]["kv_max_batch_sequences"] == report["served_sequences"] == 655
     assert report["waiting_users"] == 345
     seed = report["seed"]
@@ -59,9 +84,17 @@ def test_the_issue_example_as_json():
 
 
 def test_a_local_config_json(tmp_path: Path):
-    config = {"_name_or_path": "my-org/tiny-llama", "hidden_size": 2048, "intermediate_size": 5632,
-              "num_attention_heads": 32, "num_hidden_layers": 22, "num_key_value_heads": 4, "vocab_size": 32000,
-              "torch_dtype": "bfloat16", "max_position_embeddings": 2048}  # fmt: skip
+    config = {
+        "_name_or_path": "my-org/tiny-llama",
+        "hidden_size": 2048,
+        "intermediate_size": 5632,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 22,
+        "num_key_value_heads": 4,
+        "vocab_size": 32000,
+        "torch_dtype": "bfloat16",
+        "max_position_embeddings": 2048,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     result = run_cli("capacity", "--gpu", "L4", "--model-config", str(path), *SMALL, "--json")
@@ -93,8 +126,18 @@ def test_bad_input_is_one_error_and_one_hint(args: tuple[str, ...], needles: tup
 
 def test_an_unsupported_config_is_refused(tmp_path: Path):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"hidden_size": 7168, "num_attention_heads": 128, "num_hidden_layers": 61,
-                                "intermediate_size": 18432, "vocab_size": 129280, "kv_lora_rank": 512}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "hidden_size": 7168,
+                "num_attention_heads": 128,
+                "num_hidden_layers": 61,
+                "intermediate_size": 18432,
+                "vocab_size": 129280,
+                "kv_lora_rank": 512,
+            }
+        )
+    )
     assert_usage_error(run_cli("capacity", "--gpu", "H100", "--model-config", str(path), *SMALL), "kv_lora_rank")
     path.write_text("{broken")
     assert_usage_error(run_cli("capacity", "--gpu", "H100", "--model-config", str(path), *SMALL), "not valid JSON")
@@ -108,9 +151,25 @@ def test_missing_and_invalid_numbers():
 
 
 def test_simulate_measures_the_same_case_beside_the_estimate():
-    result = run_cli("capacity", "--gpu", "H100", "--model", "llama-3-8b", "--tp", "1", "--users", "64",
-                     "--prompt-tokens", "256", "--output-tokens", "64", "--simulate", "--simulate-seconds", "5",
-                     "--json")  # fmt: skip
+    result = run_cli(
+        "capacity",
+        "--gpu",
+        "H100",
+        "--model",
+        "llama-3-8b",
+        "--tp",
+        "1",
+        "--users",
+        "64",
+        "--prompt-tokens",
+        "256",
+        "--output-tokens",
+        "64",
+        "--simulate",
+        "--simulate-seconds",
+        "5",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     sim = report["simulated"]

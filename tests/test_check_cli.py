@@ -139,13 +139,15 @@ def test_bad_arguments_are_unknown_with_exit_3(args: tuple[str, ...], fragment: 
     ("text", "fragment"),
     [
         ("[[targets]]\nname = 'a'\n", "targets.0.url: Field required"),
-        ("[[targets]]\nname = 'a'\nurl = 'http://x'\nheaders = { Authorization = 'Bearer s3cret' }\n",
-         "carries a credential"),
+        (
+            "[[targets]]\nname = 'a'\nurl = 'http://x'\nheaders = { Authorization = 'Bearer s3cret' }\n",
+            "carries a credential",
+        ),
         ("[check]\nwindow_seconds = 'ten'\n", "check.window_seconds"),
         ("[check]\nhistroy = 'x'\n", "check.histroy: Extra inputs are not permitted"),
         ("this is = = not toml", "cannot read it"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_config_file_is_unknown_with_exit_3(text: str, fragment: str, tmp_path: Path):
     config = tmp_path / "llmdiag.toml"
     config.write_text(text)
@@ -165,7 +167,7 @@ def test_config_targets_textfile_and_worst_state(healthy: LoadedSim, memory: Loa
     config.write_text(f"""
 [check]
 window_seconds = 3
-history = "{tmp_path / 'history.sqlite'}"
+history = "{tmp_path / "history.sqlite"}"
 
 [[targets]]
 name = "gpu-a"
@@ -225,8 +227,10 @@ timeout_seconds = 1
 
 def test_a_muted_finding_does_not_count(memory: LoadedSim, tmp_path: Path):
     config = tmp_path / "llmdiag.toml"
-    config.write_text('[[mute]]\ncode = "MEM001"\nreason = "this pool is small on purpose"\n'
-                      '[[mute]]\ncode = "SCH001"\nreason = "queueing is expected here"\n')  # fmt: skip
+    config.write_text(
+        '[[mute]]\ncode = "MEM001"\nreason = "this pool is small on purpose"\n'
+        '[[mute]]\ncode = "SCH001"\nreason = "queueing is expected here"\n'
+    )
     result = run_cli("check", *memory.args(), *WINDOW, "--no-history", "--config", str(config))
     assert "MEM001" not in result.stdout.splitlines()[0], result.stdout
     assert "muted MEM001: this pool is small on purpose" in result.stdout
@@ -239,13 +243,24 @@ def test_a_regression_against_the_history_is_a_finding(healthy: LoadedSim, tmp_p
     history = History.open(db)
     name = healthy.server.url.split("//", 1)[1]
     now = time.time()
-    history.record([
-        CheckRow(at_unix=now - 3600 * (i + 1), target=name, url=healthy.server.url, state="OK", bottleneck="healthy",
-                 ttft_p95_seconds=0.001, generation_tokens_per_second=100.0, requests_running_mean=30.0)
-        for i in range(5)
-    ])  # fmt: skip
-    history.record([CheckRow(at_unix=now - 60, target=name, url="", state="OK", bottleneck="idle",
-                             ttft_p95_seconds=0.0001)])  # idle: not in the baseline  # fmt: skip
+    history.record(
+        [
+            CheckRow(
+                at_unix=now - 3600 * (i + 1),
+                target=name,
+                url=healthy.server.url,
+                state="OK",
+                bottleneck="healthy",
+                ttft_p95_seconds=0.001,
+                generation_tokens_per_second=100.0,
+                requests_running_mean=30.0,
+            )
+            for i in range(5)
+        ]
+    )
+    history.record(
+        [CheckRow(at_unix=now - 60, target=name, url="", state="OK", bottleneck="idle", ttft_p95_seconds=0.0001)]
+    )  # idle: not in the baseline
     result = run_cli("check", *healthy.args(), *WINDOW, "--history", str(db))
     assert result.returncode == 2, result.stdout + result.stderr
     first = result.stdout.splitlines()[0]
@@ -296,8 +311,9 @@ def test_pushgateway_receives_the_metrics(healthy: LoadedSim):
     families = {f.name for f in text_string_to_metric_families(body.decode())}
     assert {"llmdiag_check_state", "llmdiag_verdict", "llmdiag_last_run_timestamp_seconds"} <= families
 
-    refused = run_cli("check", *healthy.args(), *WINDOW, "--no-history", "--pushgateway",
-                      f"http://127.0.0.1:{closed_port()}")  # fmt: skip
+    refused = run_cli(
+        "check", *healthy.args(), *WINDOW, "--no-history", "--pushgateway", f"http://127.0.0.1:{closed_port()}"
+    )
     assert refused.returncode == 3 and "UNKNOWN: push to http://127.0.0.1:" in refused.stdout
 
 
@@ -306,14 +322,34 @@ def test_history_shows_the_trend_per_target_and_missing_values_as_unavailable(tm
 
     db = tmp_path / "h.sqlite"
     now = time.time()
-    History.open(db).record([
-        CheckRow(at_unix=now - 7200, target="gpu-a", url="http://a:8000", state="OK", bottleneck="healthy",
-                 ttft_p95_seconds=0.2, tpot_p95_seconds=None, generation_tokens_per_second=1000.0),
-        CheckRow(at_unix=now - 3600, target="gpu-a", url="http://a:8000", state="WARNING", bottleneck="healthy",
-                 ttft_p95_seconds=0.4, generation_tokens_per_second=900.0, findings="REG001:warning"),
-        CheckRow(at_unix=now - 60, target="gpu-b", url="http://b:8000", state="UNKNOWN", error="connection refused"),
-        CheckRow(at_unix=now - 30 * 86400, target="gpu-a", url="http://a:8000", state="OK", bottleneck="healthy"),
-    ])  # fmt: skip
+    History.open(db).record(
+        [
+            CheckRow(
+                at_unix=now - 7200,
+                target="gpu-a",
+                url="http://a:8000",
+                state="OK",
+                bottleneck="healthy",
+                ttft_p95_seconds=0.2,
+                tpot_p95_seconds=None,
+                generation_tokens_per_second=1000.0,
+            ),
+            CheckRow(
+                at_unix=now - 3600,
+                target="gpu-a",
+                url="http://a:8000",
+                state="WARNING",
+                bottleneck="healthy",
+                ttft_p95_seconds=0.4,
+                generation_tokens_per_second=900.0,
+                findings="REG001:warning",
+            ),
+            CheckRow(
+                at_unix=now - 60, target="gpu-b", url="http://b:8000", state="UNKNOWN", error="connection refused"
+            ),
+            CheckRow(at_unix=now - 30 * 86400, target="gpu-a", url="http://a:8000", state="OK", bottleneck="healthy"),
+        ]
+    )
     result = run_cli("history", "--history", str(db), "--since", "7d")
     assert result.returncode == 0, result.stderr
     assert "gpu-a (http://a:8000): 2 checks in the last 7d: 1 OK, 1 WARNING" in result.stdout

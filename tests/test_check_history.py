@@ -56,12 +56,22 @@ def test_parallel_writers_lose_no_rows(tmp_path: Path):
 def test_baseline_is_the_median_of_busy_checks_and_needs_enough_of_them(tmp_path: Path):
     history = History.open(tmp_path / "h.sqlite")
     now = 1_000_000.0
-    rows = [CheckRow(at_unix=now - 3600 * i, target="a", url="", state="OK", bottleneck="healthy",
-                     ttft_p95_seconds=v, generation_tokens_per_second=None)
-            for i, v in enumerate([0.1, 0.2, 0.3, 0.4, 10.0], start=1)]  # fmt: skip
+    rows = [
+        CheckRow(
+            at_unix=now - 3600 * i,
+            target="a",
+            url="",
+            state="OK",
+            bottleneck="healthy",
+            ttft_p95_seconds=v,
+            generation_tokens_per_second=None,
+        )
+        for i, v in enumerate([0.1, 0.2, 0.3, 0.4, 10.0], start=1)
+    ]
     rows.append(CheckRow(at_unix=now - 60, target="a", url="", state="OK", bottleneck="idle", ttft_p95_seconds=9.0))
-    rows.append(CheckRow(at_unix=now - 8 * 86400, target="a", url="", state="OK", bottleneck="healthy",
-                         ttft_p95_seconds=9.0))  # older than 7 days  # fmt: skip
+    rows.append(
+        CheckRow(at_unix=now - 8 * 86400, target="a", url="", state="OK", bottleneck="healthy", ttft_p95_seconds=9.0)
+    )  # older than 7 days
     rows.append(CheckRow(at_unix=now - 60, target="b", url="", state="OK", bottleneck="healthy", ttft_p95_seconds=9.0))
     history.record(rows)
     baseline = history.baseline("a", days=7, min_checks=5, now=now)
@@ -106,9 +116,11 @@ def test_state_ranking_follows_the_nagios_convention():
 
 
 def _report(name: str) -> CheckReport:
-    return CheckReport(state=State.UNKNOWN, at_unix=time.time(), targets=[
-        TargetResult(name=name, url="http://127.0.0.1:1", state=State.UNKNOWN, error="refused")
-    ])  # fmt: skip
+    return CheckReport(
+        state=State.UNKNOWN,
+        at_unix=time.time(),
+        targets=[TargetResult(name=name, url="http://127.0.0.1:1", state=State.UNKNOWN, error="refused")],
+    )
 
 
 # A child that writes the textfile through write_to_textfile, but whose file object stops halfway through the
@@ -153,8 +165,13 @@ def test_a_writer_killed_mid_write_leaves_the_previous_textfile_intact(tmp_path:
     before = target.read_bytes()
     assert targets_in(target) == {"old"}
 
-    child = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                             cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", SLOW_WRITER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
     try:
         line = child.stdout.readline()  # blocks until the child is halfway through its temporary file
         assert line.startswith("WRITING "), line

@@ -34,8 +34,9 @@ def scan_dialect(dialect: str, preset_name: str, *extra: str) -> dict:
     preset = get_preset(preset_name)
     with SimServer(preset, dialect=dialect) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=60):
         time.sleep(WARMUP_SECONDS)
-        result = run_cli("scan", sim.url, "--no-nvml", "--duration", SCAN_SECONDS, "--json", "--fail-on", "never",
-                         *extra, timeout=90)  # fmt: skip
+        result = run_cli(
+            "scan", sim.url, "--no-nvml", "--duration", SCAN_SECONDS, "--json", "--fail-on", "never", *extra, timeout=90
+        )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -112,8 +113,10 @@ def test_healthy_preset_is_healthy(dialect):
     assert "ttft_seconds" not in verdict["signals"]
     assert 0 < stat(verdict, "client_ttft_seconds", "p50") < 0.1
     assert "(llmdiag's canary requests)" in verdict["summary"]
-    assert any(n.startswith("TTFT from llmdiag's own canary requests") and n.endswith("the server exposes none")
-               for n in verdict["notes"]), verdict["notes"]  # fmt: skip
+    assert any(
+        n.startswith("TTFT from llmdiag's own canary requests") and n.endswith("the server exposes none")
+        for n in verdict["notes"]
+    ), verdict["notes"]
     if dialect == "tgi":  # TGI counts requests, not tokens
         assert stat(verdict, "requests_finished_per_second", "rate") > 0
         assert stat(verdict, "kv_cache_usage_ratio", "max") < 0.1
@@ -151,8 +154,19 @@ def test_network_preset_is_network_with_the_gpu_page(dialect):
     preset = get_preset("network")
     with SimServer(preset, dialect=dialect) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=60):
         time.sleep(WARMUP_SECONDS)
-        result = run_cli("scan", sim.url, "--no-nvml", "--duration", SCAN_SECONDS, "--json", "--fail-on", "never",
-                         "--dcgm-url", sim.dcgm_url, timeout=90)  # fmt: skip
+        result = run_cli(
+            "scan",
+            sim.url,
+            "--no-nvml",
+            "--duration",
+            SCAN_SECONDS,
+            "--json",
+            "--fail-on",
+            "never",
+            "--dcgm-url",
+            sim.dcgm_url,
+            timeout=90,
+        )
     assert result.returncode == 0, result.stderr
     verdict = json.loads(result.stdout)
     assert verdict["bottleneck"] == "network", describe(verdict)
@@ -243,8 +257,9 @@ def test_sglang_pages_fold_tp_copies_and_find_dp_imbalance():
     verdict = diagnose_files(sorted((FIXTURES / "sglang").glob("*.prom")))
     assert verdict.signals["requests_running"].stats["max"] == 34  # 31 + 3: dp ranks summed, tp copies once
     assert verdict.signals["requests_running"].by_series.keys() == {
-        "dp_rank=0,model_name=meta-llama/Llama-3.1-8B-Instruct", "dp_rank=1,model_name=meta-llama/Llama-3.1-8B-Instruct"
-    }  # fmt: skip
+        "dp_rank=0,model_name=meta-llama/Llama-3.1-8B-Instruct",
+        "dp_rank=1,model_name=meta-llama/Llama-3.1-8B-Instruct",
+    }
     imbalance = verdict.signals["engine_load_imbalance_ratio"].stats["value"]
     assert imbalance == pytest.approx((31 + 14 + 30 + 12) / 2 / ((31 + 14 + 30 + 12 + 3 + 4) / 4), rel=1e-6)
     assert "SCH005" in {f.code for f in verdict.findings}

@@ -37,8 +37,9 @@ def test_engine_of_probe_names():
 
 
 def _verdict(probe: str, finding: Finding) -> Verdict:
-    verdict = Verdict(bottleneck="memory", confidence=0.9, confidence_label="high", summary="s", window={},
-                      findings=[finding])  # fmt: skip
+    verdict = Verdict(
+        bottleneck="memory", confidence=0.9, confidence_label="high", summary="s", window={}, findings=[finding]
+    )
     verdict.coverage.probes = [SourceInfo(probe=probe)]
     return verdict
 
@@ -46,8 +47,17 @@ def _verdict(probe: str, finding: Finding) -> Verdict:
 def test_fix_view_puts_the_engine_first_and_keeps_the_others():
     rule = find_rule("MEM001")
     assert rule is not None
-    finding = Finding(code="MEM001", slug="s", title="t", category="memory", severity="critical", summary="s",
-                      evidence=[], fixes=fixes_for(rule, "trtllm"), engine_fixes=engine_fixes(rule))  # fmt: skip
+    finding = Finding(
+        code="MEM001",
+        slug="s",
+        title="t",
+        category="memory",
+        severity="critical",
+        summary="s",
+        evidence=[],
+        fixes=fixes_for(rule, "trtllm"),
+        engine_fixes=engine_fixes(rule),
+    )
     verdict = _verdict("triton", finding)
     view = fix_view(finding, verdict_engine(verdict))
     assert view is not None and view.title == "TensorRT-LLM" and view.own == rule.fix.trtllm
@@ -80,10 +90,13 @@ def _scan_and_render(tmp_path: Path, dialect: str) -> tuple[str, str]:
     return console.export_text(), markdown.stdout
 
 
-@pytest.mark.parametrize(("dialect", "title", "own", "other"), [
-    ("sglang", "SGLang", SGLANG_KV, VLLM_KV),
-    ("vllm", "vLLM", VLLM_KV, SGLANG_KV),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("dialect", "title", "own", "other"),
+    [
+        ("sglang", "SGLang", SGLANG_KV, VLLM_KV),
+        ("vllm", "vLLM", VLLM_KV, SGLANG_KV),
+    ],
+)
 def test_memory_scan_shows_the_detected_engines_flags(tmp_path, dialect, title, own, other):
     terminal, markdown = _scan_and_render(tmp_path, dialect)
     for output in (terminal, markdown):

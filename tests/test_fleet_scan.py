@@ -47,8 +47,12 @@ def _dead_port() -> int:
 @pytest.fixture(scope="module")
 def fleet() -> Iterator[Fleet]:
     healthy, memory = get_preset("healthy"), get_preset("memory")
-    plan = [(healthy, replace(healthy.load, users=24)), (healthy, replace(healthy.load, users=3)),
-            (healthy, replace(healthy.load, users=3)), (memory, memory.load)]  # fmt: skip
+    plan = [
+        (healthy, replace(healthy.load, users=24)),
+        (healthy, replace(healthy.load, users=3)),
+        (healthy, replace(healthy.load, users=3)),
+        (memory, memory.load),
+    ]
     servers, loads = [], []
     try:
         for preset, load in plan:
@@ -166,8 +170,10 @@ def test_html_fleet_section_in_chromium(fleet: Fleet, scanned, tmp_path: Path):
             rows = page.locator("tr.replica")
             assert rows.count() == 5
             assert rows.nth(0).get_attribute("data-replica") in {fleet.name(fleet.memory), fleet.name(fleet.busy)}
-            assert page.locator(f'tr.replica[data-replica="{fleet.name(fleet.memory)}"]').get_attribute(
-                "data-class") == "memory"
+            assert (
+                page.locator(f'tr.replica[data-replica="{fleet.name(fleet.memory)}"]').get_attribute("data-class")
+                == "memory"
+            )
             assert page.locator("#fleet-SCH008").count() == 1 and page.locator("#fleet-SCH009").count() == 1
             assert "connection refused" in page.locator("table.replicas").inner_text()
             strip = page.locator(".heat-strip .heat-row[data-replica]")

@@ -32,7 +32,7 @@ def test_without_a_gpu_the_coverage_says_so_and_gpu_rules_are_skipped():
     skipped = {r["code"]: r["reason"] for r in verdict["coverage"]["rules"] if r["status"] == "skipped"}
     assert "NET001" in skipped and "gpu_utilization_ratio" in skipped["NET001"]
     assert "gpu_utilization_ratio" not in verdict["signals"]  # never a zero
-    assert NO_GPU_LINE in text.stdout[text.stdout.index("Coverage"):]
+    assert NO_GPU_LINE in text.stdout[text.stdout.index("Coverage") :]
 
 
 def test_no_nvml_flag_leaves_nvml_out_entirely():
@@ -78,8 +78,9 @@ def test_nvml_is_sampled_on_its_own_faster_interval_in_the_same_window():
 
     replay = ReplayNvml.from_file(FIXTURES / "h100-sxm-tp2-decode.json")
     with ScriptedServer(growing_vllm) as server:
-        verdict = diagnose(Connection(base_url=server.url), 2.0,
-                           telemetry=TelemetryOptions(nvml_library=replay, host=False))  # fmt: skip
+        verdict = diagnose(
+            Connection(base_url=server.url), 2.0, telemetry=TelemetryOptions(nvml_library=replay, host=False)
+        )
     assert verdict.window.scrapes == 3  # the server: at least 3 scrapes, 1 s apart at most
     samples = verdict.signals["gpu_utilization_ratio"].samples
     assert len(samples) >= 4  # NVML every 0.5 s over the same 2 s

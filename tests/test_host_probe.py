@@ -293,12 +293,24 @@ def test_url_naming_this_machine_by_its_network_address_is_local():
 
 def interpreter_for(user: str) -> str | None:
     """A Python of this version that ``user`` may run (the venv's may sit under /root), or None."""
-    candidates = [sys.executable, getattr(sys, "_base_executable", ""), shutil.which("python3") or "",
-                  f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}", "/usr/bin/python3"]  # fmt: skip
+    candidates = [
+        sys.executable,
+        getattr(sys, "_base_executable", ""),
+        shutil.which("python3") or "",
+        f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}",
+        "/usr/bin/python3",
+    ]
     for candidate in dict.fromkeys(c for c in candidates if c):
         try:
-            out = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"], user=user,
-                                 capture_output=True, text=True, timeout=20, cwd="/tmp", env={})  # fmt: skip
+            out = subprocess.run(
+                [candidate, "-c", "import sys; print(sys.version_info[:2])"],
+                user=user,
+                capture_output=True,
+                text=True,
+                timeout=20,
+                cwd="/tmp",
+                env={},
+            )
         except (OSError, subprocess.SubprocessError):
             continue
         if out.returncode == 0 and out.stdout.strip() == str(tuple(sys.version_info[:2])):
@@ -345,8 +357,13 @@ def test_another_users_process():
     with child(LISTEN_AND_BURN, "self") as (proc, (port, _)):
         out = subprocess.run(
             [python, "-c", AS_OTHER_USER, site_packages, str(REPO_ROOT), port, str(proc.pid)],
-            user="nobody", capture_output=True, text=True, timeout=60, cwd="/tmp", env={},
-        )  # fmt: skip
+            user="nobody",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/tmp",
+            env={},
+        )
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout)
     # Linux lists root's listening socket without its owner: a clear line, with what to do
@@ -368,8 +385,18 @@ def idle_gpu(path: str, headers: dict[str, str]) -> Reply:
 
 def scan_json(url: str, *extra: str) -> dict:
     with ScriptedServer(idle_gpu) as dcgm:
-        result = run_cli("scan", url, "--duration", "3", "--json", "--no-nvml", "--dcgm-url", f"{dcgm.url}/metrics",
-                         *extra, timeout=90)  # fmt: skip
+        result = run_cli(
+            "scan",
+            url,
+            "--duration",
+            "3",
+            "--json",
+            "--no-nvml",
+            "--dcgm-url",
+            f"{dcgm.url}/metrics",
+            *extra,
+            timeout=90,
+        )
     assert "Traceback" not in result.stdout + result.stderr, result.stderr
     assert result.returncode in (0, 1), result.stderr
     return json.loads(result.stdout)
@@ -382,8 +409,11 @@ def host_probe(verdict: dict) -> dict:
 
 def assert_cpu_bound(verdict: dict) -> dict:
     findings = {f["code"]: f for f in verdict["findings"]}
-    assert "SCH006" in findings, (verdict["summary"], [(f["code"], f["summary"]) for f in verdict["findings"]],
-                                  [r for r in verdict["coverage"]["rules"] if r["code"] == "SCH006"])  # fmt: skip
+    assert "SCH006" in findings, (
+        verdict["summary"],
+        [(f["code"], f["summary"]) for f in verdict["findings"]],
+        [r for r in verdict["coverage"]["rules"] if r["code"] == "SCH006"],
+    )
     finding = findings["SCH006"]
     assert finding["category"] == "scheduling" and verdict["bottleneck"] == "scheduling", verdict["summary"]
     busiest = finding["evidence"][0]

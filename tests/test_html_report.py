@@ -143,8 +143,11 @@ def label(value: str) -> str:
 
 def hostile_page(n: int) -> bytes:
     """A vLLM page whose label values (model names, engines, config) are hostile; counters grow with ``n``."""
-    lines = ["# TYPE vllm:num_requests_running gauge", "# TYPE vllm:generation_tokens counter",
-             "# TYPE vllm:cache_config_info gauge"]  # fmt: skip
+    lines = [
+        "# TYPE vllm:num_requests_running gauge",
+        "# TYPE vllm:generation_tokens counter",
+        "# TYPE vllm:cache_config_info gauge",
+    ]
     for index, value in enumerate(HOSTILE_VALUES):
         labels = f'engine="{index}",model_name="{label(value)}"'
         lines.append(f"vllm:num_requests_running{{{labels}}} 2.0")
@@ -168,10 +171,15 @@ class Growing:
 
 def hostile_load_report(verdict: Verdict) -> LoadReport:
     point = LoadPoint(
-        users=4, window_seconds=5, requests_completed=3, errors={PWN: 2, "http 503": 1},
-        error_examples=HOSTILE_VALUES[:4], ttft_seconds=Percentiles(count=3, p50=0.1, p90=0.2, p99=0.3),
-        output_tokens_per_second=100.0, verdict=verdict,
-    )  # fmt: skip
+        users=4,
+        window_seconds=5,
+        requests_completed=3,
+        errors={PWN: 2, "http 503": 1},
+        error_examples=HOSTILE_VALUES[:4],
+        ttft_seconds=Percentiles(count=3, p50=0.1, p90=0.2, p99=0.3),
+        output_tokens_per_second=100.0,
+        verdict=verdict,
+    )
     return LoadReport(target=PWN, model=HOSTILE_VALUES[1], points=[point], notes=HOSTILE_VALUES)
 
 
@@ -179,14 +187,36 @@ def test_hostile_label_values_are_shown_as_text_and_never_run(tmp_path):
     html, md = tmp_path / "hostile.html", tmp_path / "hostile.md"
     with ScriptedServer(Growing()) as server:
         run = run_cli(
-            "scan", server.url, "--duration", "2", "--no-probe", "--no-nvml", "--api-key", API_KEY,
-            "-H", f"X-Auth-Token: {HEADER_SECRET}", "--html", str(html), "--json",
+            "scan",
+            server.url,
+            "--duration",
+            "2",
+            "--no-probe",
+            "--no-nvml",
+            "--api-key",
+            API_KEY,
+            "-H",
+            f"X-Auth-Token: {HEADER_SECRET}",
+            "--html",
+            str(html),
+            "--json",
             env={"LLMDIAG_API_KEY": API_KEY},
-        )  # fmt: skip
+        )
         assert run.returncode in (0, 1), run.stderr
         assert any(h.get("authorization") == f"Bearer {API_KEY}" for _, h in server.requests)  # it was sent …
-        md_run = run_cli("scan", server.url, "--duration", "2", "--no-probe", "--no-nvml", "--api-key", API_KEY,
-                         "-H", f"X-Auth-Token: {HEADER_SECRET}", "--markdown")  # fmt: skip
+        md_run = run_cli(
+            "scan",
+            server.url,
+            "--duration",
+            "2",
+            "--no-probe",
+            "--no-nvml",
+            "--api-key",
+            API_KEY,
+            "-H",
+            f"X-Auth-Token: {HEADER_SECRET}",
+            "--markdown",
+        )
         assert md_run.returncode in (0, 1), md_run.stderr
         md.write_text(md_run.stdout)
     verdict = Verdict.model_validate_json(run.stdout)
@@ -228,9 +258,26 @@ def test_hostile_label_values_are_shown_as_text_and_never_run(tmp_path):
 def test_load_sweep_report_draws_the_sweep(tmp_path):
     html, result = tmp_path / "load.html", tmp_path / "load.json"
     run = run_cli(
-        "load", "--preset", "healthy", "--sweep", "1,4", "--duration", "2", "--warmup", "0.5",
-        "--prompt-tokens", "64", "--output-tokens", "32", "--slo-ttft", "2", "-o", str(result), "--html", str(html),
-    )  # fmt: skip
+        "load",
+        "--preset",
+        "healthy",
+        "--sweep",
+        "1,4",
+        "--duration",
+        "2",
+        "--warmup",
+        "0.5",
+        "--prompt-tokens",
+        "64",
+        "--output-tokens",
+        "32",
+        "--slo-ttft",
+        "2",
+        "-o",
+        str(result),
+        "--html",
+        str(html),
+    )
     assert run.returncode == 0, run.stderr
     report = LoadReport.model_validate_json(result.read_text())
     assert [p.users for p in report.points] == [1, 4]
@@ -307,8 +354,14 @@ def test_one_dump_draws_what_it_has_and_says_what_it_lacks(tmp_path):
     from tests.conftest import FIXTURES
 
     html = tmp_path / "one-dump.html"
-    run = run_cli("analyze", str(FIXTURES / "vllm-0.32.0" / "memory" / "scrape-06.prom"), "--html", str(html),
-                  "--fail-on", "never")  # fmt: skip
+    run = run_cli(
+        "analyze",
+        str(FIXTURES / "vllm-0.32.0" / "memory" / "scrape-06.prom"),
+        "--html",
+        str(html),
+        "--fail-on",
+        "never",
+    )
     assert run.returncode == 0, run.stderr
     text = html.read_text()
     assert 'id="chart-preemptions"' not in text and 'id="chart-gpu_util"' not in text

@@ -54,10 +54,12 @@ def api_refusing_every_request(path: str, headers: dict[str, str]) -> Reply:
     if path.startswith("/metrics"):
         return Reply(body=vllm_exposition(10).encode())
     if path.startswith("/v1/models"):
-        return Reply(body=b'{"object": "list", "data": [{"id": "tiny", "object": "model"}]}',
-                     content_type="application/json")  # fmt: skip
-    return Reply(status=503, body=b'{"error": {"message": "server overloaded", "code": 503}}',
-                 content_type="application/json")  # fmt: skip
+        return Reply(
+            body=b'{"object": "list", "data": [{"id": "tiny", "object": "model"}]}', content_type="application/json"
+        )
+    return Reply(
+        status=503, body=b'{"error": {"message": "server overloaded", "code": 503}}', content_type="application/json"
+    )
 
 
 def test_refused_requests_are_counted_by_kind_never_fatal():

@@ -35,10 +35,17 @@ def test_sizes_are_powers_of_two_like_nccl_tests():
             parse_sizes(bad)
 
 
-@pytest.mark.parametrize(("op", "n", "factor"), [
-    ("all_reduce", 2, 1.0), ("all_reduce", 8, 1.75), ("all_gather", 8, 0.875),
-    ("reduce_scatter", 4, 0.75), ("all_to_all", 2, 0.5), ("all_reduce", 1, 0.0),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("op", "n", "factor"),
+    [
+        ("all_reduce", 2, 1.0),
+        ("all_reduce", 8, 1.75),
+        ("all_gather", 8, 0.875),
+        ("reduce_scatter", 4, 0.75),
+        ("all_to_all", 2, 0.5),
+        ("all_reduce", 1, 0.0),
+    ],
+)
 def test_bus_factors_are_nccl_tests(op, n, factor):
     assert bus_factor(op, n) == factor
 
@@ -57,9 +64,12 @@ def _report(link_expected: float | None) -> dict:
         "world_size": 8,
         "backend": "nccl",
         "elapsed_seconds": 10.0,
-        "link": {"name": "nvlink4" if link_expected else None, "how": "test",
-                 "expected_bus_bandwidth_bytes_per_second": link_expected,
-                 "unavailable": None if link_expected else "no NVML (test)"},  # fmt: skip
+        "link": {
+            "name": "nvlink4" if link_expected else None,
+            "how": "test",
+            "expected_bus_bandwidth_bytes_per_second": link_expected,
+            "unavailable": None if link_expected else "no NVML (test)",
+        },
         "results": [vars(m)],
         "memory_probe": None,
     }
@@ -101,9 +111,21 @@ def gloo_run(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("nccl") / "bench.json"
     result = run_cli(
-        "nccl-bench", "--nproc-per-node", "2", "--sizes", "1K:1M", "--iters", "3", "--warmup", "1",
-        "--trials", "1", "--json", str(out), timeout=240,
-    )  # fmt: skip
+        "nccl-bench",
+        "--nproc-per-node",
+        "2",
+        "--sizes",
+        "1K:1M",
+        "--iters",
+        "3",
+        "--warmup",
+        "1",
+        "--trials",
+        "1",
+        "--json",
+        str(out),
+        timeout=240,
+    )
     return result, json.loads(out.read_text()) if out.is_file() else None
 
 
@@ -159,13 +181,16 @@ def test_one_rank_runs_the_memory_probe_instead(cli, tmp_path):
     assert "memory-copy bandwidth probe" in result.stdout
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    (["--sizes", "1K:zz"], "not a message size"),
-    (["--ops", "all_reduce,broadcast"], "unknown collective broadcast"),
-    (["--link", "nvlink9"], "unknown link class"),
-    (["--iters", "0"], "--iters must be at least 1"),
-    (["--nproc-per-node", "0"], "--nproc-per-node must be at least 1"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--sizes", "1K:zz"], "not a message size"),
+        (["--ops", "all_reduce,broadcast"], "unknown collective broadcast"),
+        (["--link", "nvlink9"], "unknown link class"),
+        (["--iters", "0"], "--iters must be at least 1"),
+        (["--nproc-per-node", "0"], "--nproc-per-node must be at least 1"),
+    ],
+)
 def test_a_bad_argument_is_one_error_line(cli, args, words):
     result = cli("nccl-bench", *args)
     assert result.returncode == 2
@@ -181,8 +206,10 @@ def test_without_torch_the_hint_names_the_extra():
 
     from tests.conftest import REPO_ROOT
 
-    code = "import sys; sys.modules['torch'] = None; sys.argv = ['llmdiag', 'nccl-bench']; " \
-           "from llmdiag.cli import main; main()"  # fmt: skip
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.argv = ['llmdiag', 'nccl-bench']; "
+        "from llmdiag.cli import main; main()"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.startswith("ERROR: nccl-bench needs PyTorch")

@@ -62,8 +62,12 @@ class Fleet:
         self.presets[pod] = preset
         spec = get_preset(preset).load
         if preset == "healthy":  # healthy with fewer users: the same class, less CPU on a shared 2-core machine
-            spec = type(spec)(users=users or 8, prompt_tokens=spec.prompt_tokens, output_tokens=spec.output_tokens,
-                              output_spread=spec.output_spread)  # fmt: skip
+            spec = type(spec)(
+                users=users or 8,
+                prompt_tokens=spec.prompt_tokens,
+                output_tokens=spec.output_tokens,
+                output_spread=spec.output_spread,
+            )
         sim = self.sims[pod]
         self.loads[pod] = ClosedLoopLoad(sim.url, sim.model, spec, max_seconds=600)
         self.loads[pod].start()
@@ -89,8 +93,10 @@ def fleet():
         labels = {pod: {"pod": pod, "namespace": "llm"} for pod in PRESETS}
         servers = [(s.metrics_url, labels[pod]) for pod, s in fleet.sims.items()]
         servers.append((f"http://127.0.0.1:{_closed_port()}/metrics", {"pod": DEAD, "namespace": "llm"}))
-        gpus = [(s.dcgm_url, labels[pod] if pod != UNJOINED else {"pod": "someone-else", "namespace": "llm"})
-                for pod, s in fleet.sims.items()]  # fmt: skip
+        gpus = [
+            (s.dcgm_url, labels[pod] if pod != UNJOINED else {"pod": "someone-else", "namespace": "llm"})
+            for pod, s in fleet.sims.items()
+        ]
         groups = {"vllm": servers, "dcgm": gpus}
         fleet.prom = prometheus_server.PrometheusServer(groups).start()
         fleet.limited = prometheus_server.PrometheusServer(groups, extra_args=["--query.max-samples=200"]).start()
@@ -121,8 +127,13 @@ def test_each_instance_gets_its_class_and_evidence(fleet: Fleet) -> None:
     assert doc["kind"] == "fleet" and result.returncode == 1  # the memory replica is critical
     rows = instances(doc)
     classes = {k: v["bottleneck"] for k, v in rows.items()}
-    assert classes == {"llm/sim-0": "healthy", "llm/sim-1": "healthy", "llm/sim-2": "healthy",
-                       "llm/sim-3": "memory", f"llm/{DEAD}": "unknown"}, classes  # fmt: skip
+    assert classes == {
+        "llm/sim-0": "healthy",
+        "llm/sim-1": "healthy",
+        "llm/sim-2": "healthy",
+        "llm/sim-3": "memory",
+        f"llm/{DEAD}": "unknown",
+    }, classes
     assert doc["class_counts"] == {"memory": 1, "healthy": 3, "unknown": 1}
     assert doc["scrape_interval_seconds"] == 1.0
     assert doc["window_seconds"] == 12.0
@@ -150,7 +161,7 @@ def test_each_instance_gets_its_class_and_evidence(fleet: Fleet) -> None:
     evidence = [ev for f in memory["findings"] for ev in f["evidence"]]
     kv_ev = next(ev for ev in evidence if ev["signal"] == "kv_cache_usage_ratio")
     assert kv_ev["value"] > 0.9, kv_ev
-    assert kv_ev["source"].startswith("prometheus: last_over_time(vllm:kv_cache_usage_perc{job=\"vllm\"}[1s])")
+    assert kv_ev["source"].startswith('prometheus: last_over_time(vllm:kv_cache_usage_perc{job="vllm"}[1s])')
     assert kv_ev["verify"].startswith("curl -s") and "query_range" in kv_ev["verify"]
     assert kv_ev["window_seconds"] == 12.0
     dead = rows[f"llm/{DEAD}"]
@@ -161,7 +172,8 @@ def test_each_instance_gets_its_class_and_evidence(fleet: Fleet) -> None:
     lines = text.stdout.splitlines()
     assert "5 replicas:" in text.stdout and "PromQL queries, scrape every 1 s" in text.stdout
     assert next(i for i, line in enumerate(lines) if line.startswith("llm/sim-3")) < next(
-        i for i, line in enumerate(lines) if line.startswith("llm/sim-0"))
+        i for i, line in enumerate(lines) if line.startswith("llm/sim-0")
+    )
     assert "flagged by SCH009" in next(line for line in lines if line.startswith("llm/sim-3"))
     assert "TTFT p90 (seconds) per replica: llm/sim-3" in text.stdout
 
@@ -185,8 +197,10 @@ def test_signals_match_the_simulators_own_numbers(fleet: Fleet) -> None:
     assert rate == pytest.approx((after - before) / 6, rel=0.35)
     ttft = again.get("ttft_seconds")
     assert ttft.unavailable is None and 0 < ttft.stats["p50"] <= ttft.stats["p99"] and ttft.stats["count"] > 0
-    assert ttft.source.startswith("prometheus: label_replace(histogram_quantile(0.5, sum by (job, instance, "
-                                  "namespace, pod, le) (rate(vllm:time_to_first_token_seconds_bucket")  # fmt: skip
+    assert ttft.source.startswith(
+        "prometheus: label_replace(histogram_quantile(0.5, sum by (job, instance, "
+        "namespace, pod, le) (rate(vllm:time_to_first_token_seconds_bucket"
+    )
     # GPU series joined by pod; the replica whose GPU page has another pod's label says it cannot join
     assert healthy.get("gpu_power_watts").unavailable is None
     assert any(s.probe == "dcgm" and s.ok and "joined by pod sim-0" in s.note for s in healthy.sources)
@@ -243,15 +257,17 @@ def test_an_unbalanced_router_is_sch008_with_the_request_rates(fleet: Fleet) -> 
         fleet.load("sim-0", "healthy", users=3)
         fleet.load("sim-2", "healthy", users=3)
         time.sleep(9)
-        result, doc = scan("--prometheus", fleet.prom.url, "--selector", '{job="vllm",pod=~"sim-[012]"}',
-                           "--since", "6s")  # fmt: skip
+        result, doc = scan(
+            "--prometheus", fleet.prom.url, "--selector", '{job="vllm",pod=~"sim-[012]"}', "--since", "6s"
+        )
     finally:
         for pod in ("sim-0", "sim-1", "sim-2"):
             fleet.load(pod, "healthy")
     assert doc is not None, result.stderr
     rows = instances(doc)
-    assert {k: v["bottleneck"] for k, v in rows.items()} == dict.fromkeys(("llm/sim-0", "llm/sim-1", "llm/sim-2"),
-                                                                           "healthy")  # fmt: skip
+    assert {k: v["bottleneck"] for k, v in rows.items()} == dict.fromkeys(
+        ("llm/sim-0", "llm/sim-1", "llm/sim-2"), "healthy"
+    )
     found = {f["finding"]["code"]: f for f in doc["imbalance"]}
     assert "SCH008" in found, doc["fleet_rules"]
     router = found["SCH008"]
@@ -293,8 +309,10 @@ def test_timeline_shows_the_preset_switch_within_one_step(fleet: Fleet, tmp_path
         assert (went["from_class"], went["to_class"]) == ("healthy", "memory")
         # the step that holds the switch, or (when the switch falls at its very end) the next one
         assert went["previous_at_unix"] <= at + step and at < went["at_unix"] <= at + 2 * step, (pod, at, went)
-        print(f"{pod} switched at {at:.1f}; transition in the step ending {went['at_unix']:.1f} "
-              f"(+{went['at_unix'] - at:.1f} s)")
+        print(
+            f"{pod} switched at {at:.1f}; transition in the step ending {went['at_unix']:.1f} "
+            f"(+{went['at_unix'] - at:.1f} s)"
+        )
     assert timeline["first_to_go"] == ["llm/sim-0"] and timeline["first_to_go_class"] == "memory"
     # sim-3 was memory-bound throughout: not a transition; the dead target has no data: a gap, never a class
     assert all(t["replica"] not in ("llm/sim-3", f"llm/{DEAD}") for t in timeline["transitions"])
@@ -316,13 +334,17 @@ def test_timeline_shows_the_preset_switch_within_one_step(fleet: Fleet, tmp_path
     text = run_cli("scan", "--prometheus", fleet.prom.url, "--selector", '{job="vllm"}', *span)
     assert text.returncode == 1, text.stderr
     assert "first to go: llm/sim-0 → memory at" in text.stdout and "the fleet: healthy → memory" in text.stdout
-    strip = {line.split()[0]: line.split()[1] for line in text.stdout.splitlines()
-             if line.startswith("  llm/sim-") and len(line.split()) == 2}  # fmt: skip
+    strip = {
+        line.split()[0]: line.split()[1]
+        for line in text.stdout.splitlines()
+        if line.startswith("  llm/sim-") and len(line.split()) == 2
+    }
     assert strip["llm/sim-3"] == "M" * 8 and strip["llm/sim-0"].startswith("h") and strip["llm/sim-0"].endswith("M")
     print(text.stdout)
     # range queries: as many for one step as for eight
-    one = collect_prometheus_timeline(PrometheusSource(fleet.prom.url), '{job="vllm"}', switched["sim-0"] - 4,
-                                      switched["sim-0"], step)  # fmt: skip
+    one = collect_prometheus_timeline(
+        PrometheusSource(fleet.prom.url), '{job="vllm"}', switched["sim-0"] - 4, switched["sim-0"], step
+    )
     assert len(one) == 1 and one[0][1].queries == doc["queries"]
 
 
@@ -355,8 +377,12 @@ class Proxy:
                 form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
                 answer = outer.rule(self.path, form, headers)
                 if answer is None:
-                    upstream = requests.request(method, outer.upstream + self.path, data=body or None,
-                                                headers={"Content-Type": headers.get("content-type", "")})  # fmt: skip
+                    upstream = requests.request(
+                        method,
+                        outer.upstream + self.path,
+                        data=body or None,
+                        headers={"Content-Type": headers.get("content-type", "")},
+                    )
                     status, payload = upstream.status_code, upstream.content
                 else:
                     status, payload = answer[0], json.dumps(answer[1]).encode()
@@ -403,7 +429,7 @@ def test_prometheus_errors_are_said_plainly(fleet: Fleet) -> None:
 
     result, _ = scan("--prometheus", fleet.prom.url, "--selector", '{job="nope"}', "--since", "12s")
     assert result.returncode == 2
-    assert "no inference-server series and no targets matching {job=\"nope\"}" in result.stderr
+    assert 'no inference-server series and no targets matching {job="nope"}' in result.stderr
     assert "HINT:" in result.stderr
 
 
@@ -443,15 +469,32 @@ def test_auth_headers_and_secrets(fleet: Fleet) -> None:
 
     proxy = Proxy(fleet.prom.url, wall)
     try:
-        result, doc = scan("--prometheus", proxy.url, "--selector", '{job="vllm",pod="sim-3"}', "--since", "12s",
-                           "--prometheus-token-env", "PROM_TOKEN", "--header", "X-Scope-OrgID: team-a",
-                           env={"PROM_TOKEN": SECRET})  # fmt: skip
+        result, doc = scan(
+            "--prometheus",
+            proxy.url,
+            "--selector",
+            '{job="vllm",pod="sim-3"}',
+            "--since",
+            "12s",
+            "--prometheus-token-env",
+            "PROM_TOKEN",
+            "--header",
+            "X-Scope-OrgID: team-a",
+            env={"PROM_TOKEN": SECRET},
+        )
         assert doc is not None, result.stderr
         assert instances(doc)["llm/sim-3"]["bottleneck"] == "memory"
         assert SECRET not in result.stdout + result.stderr
         assert "Bearer $PROM_TOKEN" in result.stdout  # the verify lines name the variable, not the value
-        result, _ = scan("--prometheus", proxy.url, "--since", "12s", "--prometheus-token-env", "PROM_TOKEN",
-                         env={"PROM_TOKEN": "wrong-" + SECRET})  # fmt: skip
+        result, _ = scan(
+            "--prometheus",
+            proxy.url,
+            "--since",
+            "12s",
+            "--prometheus-token-env",
+            "PROM_TOKEN",
+            env={"PROM_TOKEN": "wrong-" + SECRET},
+        )
         assert result.returncode == 2 and "HTTP 401" in result.stderr and "--prometheus-token-env" in result.stderr
         assert SECRET not in result.stdout + result.stderr
     finally:
@@ -485,8 +528,9 @@ def test_times_windows_and_selectors() -> None:
 def test_source_options_keep_secrets_out_of_curl(tmp_path, monkeypatch) -> None:
     token = tmp_path / "token"
     token.write_text(SECRET + "\n")
-    source = PrometheusSource.from_options("https://prom.example:9090", ["X-Scope-OrgID: t1"], token_file=token,
-                                           ca_file=token)  # fmt: skip
+    source = PrometheusSource.from_options(
+        "https://prom.example:9090", ["X-Scope-OrgID: t1"], token_file=token, ca_file=token
+    )
     line = source.curl('up{job="x"}', 1.0)
     assert SECRET not in line and "$(cat " in line and "--cacert" in line and "X-Scope-OrgID: t1" in line
     monkeypatch.setenv("PW", SECRET)

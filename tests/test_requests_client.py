@@ -176,8 +176,9 @@ DONE = b"data: [DONE]\n\n"
 
 def json_reply(status: int, body: object, extra_headers: str = "") -> bytes:
     raw = json.dumps(body).encode()
-    return (f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(raw)}\r\n"
-            f"{extra_headers}\r\n").encode() + raw  # fmt: skip
+    return (
+        f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(raw)}\r\n{extra_headers}\r\n"
+    ).encode() + raw
 
 
 def sse_script(*events: bytes, tail: list | None = None) -> Script:
@@ -252,9 +253,11 @@ def test_ignore_eos_and_min_tokens_make_the_output_as_long_as_asked():
 
         async def main():
             async with OpenAIClient(server.url) as client:
-                return (await client.complete("x y", 10, ignore_eos=True),
-                        await client.complete("x y", 10, ignore_eos=False),
-                        await client.complete("x y", 10, ignore_eos=False, min_tokens=6))  # fmt: skip
+                return (
+                    await client.complete("x y", 10, ignore_eos=True),
+                    await client.complete("x y", 10, ignore_eos=False),
+                    await client.complete("x y", 10, ignore_eos=False, min_tokens=6),
+                )
 
         asked, eos, floor = run(main())
     assert [r.output_tokens for r in (asked, eos, floor)] == [10, 3, 6]
@@ -352,8 +355,9 @@ def test_closed_loop_cancels_what_is_in_flight_at_the_deadline(sim):
 
     async def main():
         async with OpenAIClient(sim.url) as client:  # long answers: some are always streaming at the deadline
-            return await closed_loop(client, 3, plans(max_tokens=2000), duration_seconds=1.0, max_requests=None,
-                                     on_result=seen.append)  # fmt: skip
+            return await closed_loop(
+                client, 3, plans(max_tokens=2000), duration_seconds=1.0, max_requests=None, on_result=seen.append
+            )
 
     started = time.monotonic()
     results = run(main())
@@ -368,8 +372,9 @@ def test_closed_loop_cancels_what_is_in_flight_at_the_deadline(sim):
 def test_closed_loop_think_time_spaces_a_users_requests(sim):
     async def main():
         async with OpenAIClient(sim.url) as client:
-            return await closed_loop(client, 1, plans(2), duration_seconds=1.0, max_requests=None,
-                                     think_time_seconds=0.4)  # fmt: skip
+            return await closed_loop(
+                client, 1, plans(2), duration_seconds=1.0, max_requests=None, think_time_seconds=0.4
+            )
 
     results = run(main())
     assert 1 <= len(results) <= 3
@@ -536,12 +541,27 @@ def test_an_error_event_inside_the_stream_keeps_its_code():
 @pytest.mark.parametrize(
     ("reply", "status", "words", "code"),
     [
-        (json_reply(429, {"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}},
-                    "Retry-After: 2\r\n"), 429, "Rate limit reached", "rate_limit_exceeded"),  # fmt: skip
-        (json_reply(503, {"error": {"message": "The engine is currently busy", "type": "x", "code": 503}}), 503,
-         "currently busy", 503),  # fmt: skip
-        (b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nContent-Length: 21\r\n\r\n"
-         b"Internal Server Error", 500, "Internal Server Error", None),  # fmt: skip
+        (
+            json_reply(
+                429, {"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}}, "Retry-After: 2\r\n"
+            ),
+            429,
+            "Rate limit reached",
+            "rate_limit_exceeded",
+        ),
+        (
+            json_reply(503, {"error": {"message": "The engine is currently busy", "type": "x", "code": 503}}),
+            503,
+            "currently busy",
+            503,
+        ),
+        (
+            b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nContent-Length: 21\r\n\r\n"
+            b"Internal Server Error",
+            500,
+            "Internal Server Error",
+            None,
+        ),
         (json_reply(400, {"detail": [{"msg": "ignore_eos is not allowed"}]}), 400, "ignore_eos", None),
     ],
 )
@@ -613,8 +633,9 @@ def test_sse_framed_by_length_or_by_close():
         RawServer(lambda request: [by_close, text_event(" a"), CLOSE]) as cut_server,
     ):
         options = {"model": "m"}
-        framed, closed, cut = (run(one(s.url, "p", 5, client_options=options))
-                               for s in (length_server, close_server, cut_server))  # fmt: skip
+        framed, closed, cut = (
+            run(one(s.url, "p", 5, client_options=options)) for s in (length_server, close_server, cut_server)
+        )
     assert framed.ok and framed.output_tokens == 1 and framed.output_tokens_from == "usage"
     assert closed.ok and closed.output_tokens == 1
     assert cut.error_kind == "stream" and "without data: [DONE]" in cut.error and cut.output_tokens == 1
@@ -657,8 +678,9 @@ def test_headers_and_the_api_key_are_sent_and_kept_out_of_errors():
     reply = json_reply(401, {"error": {"message": "Invalid API key"}})
     with RawServer(lambda request: [reply]) as server:
         client = OpenAIClient(server.url, model="m", api_key=secret, headers={"X-Tenant": "team-a"})
-        result = run(one(server.url, "p", 3, client_options={"model": "m", "api_key": secret,
-                                                             "headers": {"X-Tenant": "team-a"}}))  # fmt: skip
+        result = run(
+            one(server.url, "p", 3, client_options={"model": "m", "api_key": secret, "headers": {"X-Tenant": "team-a"}})
+        )
     seen = server.seen[0]
     assert seen.headers["authorization"] == f"Bearer {secret}" and seen.headers["x-tenant"] == "team-a"
     assert seen.headers["x-request-id"] == result.request_id and seen.path == "/v1/completions"
@@ -676,8 +698,26 @@ def test_tls_with_a_self_signed_certificate(tmp_path):
     if shutil.which("openssl") is None:
         pytest.skip("needs the openssl command to make a certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                    str(cert), "-days", "1", "-subj", "/CN=localhost"], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+        ],
+        check=True,
+        capture_output=True,
+    )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     answer = sse_script(text_event(" a"), text_event(" b"), usage_event(2, 2), DONE)
@@ -725,8 +765,9 @@ def test_rejections_are_counted_and_backed_off_never_fatal():
 
         async def main():
             async with OpenAIClient(server.url) as client:
-                return await closed_loop(client, 6, plans(20), duration_seconds=1.5, max_requests=None,
-                                         error_backoff_seconds=0.2)  # fmt: skip
+                return await closed_loop(
+                    client, 6, plans(20), duration_seconds=1.5, max_requests=None, error_backoff_seconds=0.2
+                )
 
         results = run(main())
         with ClosedLoopLoad(server.url, server.model, LoadSpec(6, 4, 20), max_seconds=1.5) as load:

@@ -42,7 +42,7 @@ def server():
 
 def sse_events(response: requests.Response) -> list[str]:
     """The data payloads of an SSE stream, in order."""
-    return [line[len("data: "):] for line in response.iter_lines(decode_unicode=True) if line.startswith("data: ")]
+    return [line[len("data: ") :] for line in response.iter_lines(decode_unicode=True) if line.startswith("data: ")]
 
 
 def post(server: SimServer, path: str, body: dict, **kwargs) -> requests.Response:
@@ -71,8 +71,11 @@ def test_streaming_completion_with_usage(server):
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     usage, tokens = chunks[-1], chunks[:-1]
-    assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens": 3, "total_tokens": 15,
-                                                         "completion_tokens": 12}  # fmt: skip
+    assert usage["choices"] == [] and usage["usage"] == {
+        "prompt_tokens": 3,
+        "total_tokens": 15,
+        "completion_tokens": 12,
+    }
     assert all(c["usage"] is None and c["object"] == "text_completion" for c in tokens)
     text = "".join(c["choices"][0]["text"] for c in tokens)
     assert len(text.split()) == 12
@@ -94,9 +97,13 @@ def test_streaming_chat_names_the_role_first_and_sends_no_usage_unasked(server):
 
 
 def test_chat_without_streaming_honours_max_completion_tokens(server):
-    body = {"messages": [{"role": "system", "content": "be brief"},
-                         {"role": "user", "content": [{"type": "text", "text": "three more words"}]}],
-            "max_completion_tokens": 4}  # fmt: skip
+    body = {
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "three more words"}]},
+        ],
+        "max_completion_tokens": 4,
+    }
     reply = post(server, "/v1/chat/completions", body)
     assert reply.status_code == 200
     data = reply.json()
@@ -160,8 +167,12 @@ def test_queue_cap_answers_503_and_disconnects_abort():
             next(stream)  # it is running
         rejected = post(sim, "/v1/completions", {"prompt": "one more", "max_tokens": 5})
         assert rejected.status_code == 503
-        assert rejected.json()["error"] == {"message": BUSY_MESSAGE, "type": "Service Unavailable", "param": None,
-                                            "code": 503}  # fmt: skip
+        assert rejected.json()["error"] == {
+            "message": BUSY_MESSAGE,
+            "type": "Service Unavailable",
+            "param": None,
+            "code": 503,
+        }
         for reply in held:
             reply.close()  # the clients go away
         # a request aborted while its step is on the GPU leaves the batch when that step ends
@@ -345,8 +356,19 @@ def test_scan_with_dcgm_url_reads_the_simulators_exporter_page_over_loopback():
     preset = get_preset("network")
     with SimServer(preset) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=60):
         time.sleep(WARMUP_SECONDS)
-        result = run_cli("scan", sim.url, "--dcgm-url", sim.dcgm_url, "--no-nvml", "--duration", SCAN_SECONDS,
-                         "--json", "--fail-on", "never", timeout=90)  # fmt: skip
+        result = run_cli(
+            "scan",
+            sim.url,
+            "--dcgm-url",
+            sim.dcgm_url,
+            "--no-nvml",
+            "--duration",
+            SCAN_SECONDS,
+            "--json",
+            "--fail-on",
+            "never",
+            timeout=90,
+        )
     assert result.returncode == 0, result.stderr
     verdict = json.loads(result.stdout)
     assert verdict["bottleneck"] == "network", describe(verdict)

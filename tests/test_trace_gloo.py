@@ -43,10 +43,24 @@ def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     base = tmp_path_factory.mktemp("gloo")
     out, plan = base / "traces", base / "plan.json"
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
-        str(JOB), str(out), "--straggler", str(STRAGGLER), "--delay", str(DELAY), "--plan", str(plan),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{_free_port()}",
+        str(JOB),
+        str(out),
+        "--straggler",
+        str(STRAGGLER),
+        "--delay",
+        str(DELAY),
+        "--plan",
+        str(plan),
+    ]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=base)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["rank0.json", "rank1.json"]

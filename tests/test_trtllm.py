@@ -65,9 +65,15 @@ def test_guaranteed_no_evict_queueing_is_memory_not_a_batch_cap():
     assert numbers["kv_cache_usage_ratio"] == pytest.approx(5495 / 7240)
     assert numbers["requests_running"] == 1 and numbers["max_active_requests"] == 16
     # the same state over 20 decoding iterations: fast steps, so SCH001 fires too, and memory still leads
-    steps = [{**record, "iter": record["iter"] + i, "iterLatencyMS": 8.0,
-              "inflightBatchingStats": {**record["inflightBatchingStats"], "numGenRequests": 1, "numCtxTokens": 0}}
-             for i in range(20)]  # fmt: skip
+    steps = [
+        {
+            **record,
+            "iter": record["iter"] + i,
+            "iterLatencyMS": 8.0,
+            "inflightBatchingStats": {**record["inflightBatchingStats"], "numGenRequests": 1, "numCtxTokens": 0},
+        }
+        for i in range(20)
+    ]
     verdict = build_verdict(signals_from_iteration_records(steps, window_seconds=2.0))
     fired = {f.code: f.severity.value for f in verdict.findings}
     assert fired["MEM006"] == fired["SCH001"] == "critical", fired
@@ -116,8 +122,9 @@ def scan_cli(dialect: str, preset_name: str, *extra: str) -> dict:
     with SimServer(preset, dialect=dialect) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=60):
         time.sleep(WARMUP_SECONDS)
         extra = tuple(a.replace("URL", sim.url) for a in extra)
-        result = run_cli("scan", sim.url, "--no-nvml", "--duration", "4", "--json", "--fail-on", "never", *extra,
-                         timeout=90)  # fmt: skip
+        result = run_cli(
+            "scan", sim.url, "--no-nvml", "--duration", "4", "--json", "--fail-on", "never", *extra, timeout=90
+        )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 

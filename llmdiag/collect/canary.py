@@ -52,7 +52,7 @@ def _histogram(name: str, values: Iterable[float | None], source: str, window_se
         stats={k: v for k, v in stats.items() if v is not None},
         source=source,
         verify="curl -N -s URL/v1/completions -H 'Content-Type: application/json' -d "
-        "'{\"model\": \"M\", \"prompt\": \"hello\", \"max_tokens\": 32, \"stream\": true}'  # time the first data line",
+        '\'{"model": "M", "prompt": "hello", "max_tokens": 32, "stream": true}\'  # time the first data line',
         window_seconds=window_seconds,
     )
 
@@ -122,8 +122,10 @@ class Canary:
     def _signals(self, ok: list[RequestResult], failed: list[RequestResult], sent: list[RequestResult]) -> SignalSet:
         client = self.load.client if self.load else None
         model = client.model if client is not None and client.model else "?"
-        source = (f"canary: {len(ok)} streamed /v1/completions requests "
-                  f"({CANARY_PROMPT_TOKENS} → {CANARY_OUTPUT_TOKENS} tokens)")  # fmt: skip
+        source = (
+            f"canary: {len(ok)} streamed /v1/completions requests "
+            f"({CANARY_PROMPT_TOKENS} → {CANARY_OUTPUT_TOKENS} tokens)"
+        )
         window = self.duration_seconds
         signals = SignalSet()
         signals.add(_histogram("client_ttft_seconds", (r.ttft_seconds for r in ok), source, window))
@@ -134,11 +136,20 @@ class Canary:
             ("client_request_errors", len(failed)),
             ("client_requests_sent", len(sent)),
             ("client_output_tokens", sum(r.output_tokens or 0 for r in sent) + OUTPUT_TOKENS_IN_FLIGHT),
-            ("client_prompt_tokens",
-             sum(r.prompt_tokens or CANARY_PROMPT_TOKENS for r in ok) + PROMPT_TOKENS_IN_FLIGHT),
+            (
+                "client_prompt_tokens",
+                sum(r.prompt_tokens or CANARY_PROMPT_TOKENS for r in ok) + PROMPT_TOKENS_IN_FLIGHT,
+            ),
         ):
-            signals.add(Signal(name=name, kind="derived", unit="count" if "token" not in name else "tokens",
-                               stats={"value": float(value)}, source=source))  # fmt: skip
+            signals.add(
+                Signal(
+                    name=name,
+                    kind="derived",
+                    unit="count" if "token" not in name else "tokens",
+                    stats={"value": float(value)},
+                    source=source,
+                )
+            )
         details = {"model": model, "requests": f"{len(ok)} ok, {len(failed)} failed"}
         if failed:
             details["first error"] = (failed[0].error or "")[:160]

@@ -184,11 +184,17 @@ def detect_live(connection: Connection) -> Detection:
                 url = f"{connection.base_url}{getattr(spec, 'prometheus_path', '') or spec.metrics_path}"
                 pages.setdefault(url, redact_url(url))
         for url, display in pages.items():
-            source = HttpMetricsSource(Connection(
-                base_url=connection.base_url, metrics_url=url, headers=connection.headers,
-                api_key=connection.api_key, timeout_seconds=connection.timeout_seconds, insecure=connection.insecure,
-                max_metrics_bytes=connection.max_metrics_bytes,
-            ))  # fmt: skip
+            source = HttpMetricsSource(
+                Connection(
+                    base_url=connection.base_url,
+                    metrics_url=url,
+                    headers=connection.headers,
+                    api_key=connection.api_key,
+                    timeout_seconds=connection.timeout_seconds,
+                    insecure=connection.insecure,
+                    max_metrics_bytes=connection.max_metrics_bytes,
+                )
+            )
             try:
                 text, at = source.fetch_text()
             except ProbeError as exc:
@@ -240,8 +246,11 @@ def _by_other_evidence(looker: _Looker) -> Detection | None:
         for probe in spec.detect_json:
             body = looker.get_json(probe.path)
             if body is not None and _json_has(body, probe.key, probe.contains):
-                return Detection(spec.name, f"{probe.path} answered JSON with '{probe.key}'"
-                                 + (f" = {probe.contains!r}" if probe.contains else ""))  # fmt: skip
+                return Detection(
+                    spec.name,
+                    f"{probe.path} answered JSON with '{probe.key}'"
+                    + (f" = {probe.contains!r}" if probe.contains else ""),
+                )
     for spec in specs:
         hit = owned & {o.lower() for o in spec.detect_owned_by}
         if hit:
@@ -271,9 +280,7 @@ def detect_files(scrapes: list[Scrape], where: str) -> Detection:
     return detect_scrape(scrapes[0], where)
 
 
-def detect_for_scan(
-    connection: Connection, clock
-) -> tuple[str, str, Scrape | None, float | None]:
+def detect_for_scan(connection: Connection, clock) -> tuple[str, str, Scrape | None, float | None]:
     """A scan's first read of the page, which also says which server it is: (probe, reason, scrape, read at).
 
     The page at --metrics-url (or URL/metrics) is read once; when its metric prefixes name a server, that read is

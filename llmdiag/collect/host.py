@@ -39,9 +39,22 @@ PID_HINT = "pass --pid with the server's process id"
 # processes that hold a port for a server running elsewhere (a container, a tunnel, a proxy): their CPU is not
 # the server's, so finding one of these on the port is a coverage line, not a measurement
 FORWARDERS = frozenset(
-    {"docker-proxy", "rootlessport", "slirp4netns", "pasta", "kubectl", "ssh", "sshd", "socat", "nginx", "haproxy",
-     "envoy", "traefik", "caddy"}
-)  # fmt: skip
+    {
+        "docker-proxy",
+        "rootlessport",
+        "slirp4netns",
+        "pasta",
+        "kubectl",
+        "ssh",
+        "sshd",
+        "socat",
+        "nginx",
+        "haproxy",
+        "envoy",
+        "traefik",
+        "caddy",
+    }
+)
 ROLE_MAX_CHARS = 32
 # vLLM's title for the API server processes that `vllm serve --api-server-count N` starts as its children
 LAUNCHED_API_SERVER = "APIServer"

@@ -47,20 +47,34 @@ def _itl(signal_set: SignalSet) -> Signal:
     for counter in (busy, tokens):
         if counter is None or counter.unavailable is not None:
             why = counter.unavailable if counter is not None else "not collected"
-            return Signal.missing("itl_seconds", "histogram", "seconds",
-                                  f"llama.cpp has no latency histogram and its generation counters are missing: {why}")
+            return Signal.missing(
+                "itl_seconds",
+                "histogram",
+                "seconds",
+                f"llama.cpp has no latency histogram and its generation counters are missing: {why}",
+            )
     assert busy is not None and tokens is not None
     seconds, generated = busy.stats.get("rate"), tokens.stats.get("rate")
     if not generated or seconds is None:
-        return Signal.missing("itl_seconds", "histogram", "seconds",
-                              "no request ended in the window (llama.cpp counts a request's generated tokens and "
-                              "generation time when it ends)")  # fmt: skip
+        return Signal.missing(
+            "itl_seconds",
+            "histogram",
+            "seconds",
+            "no request ended in the window (llama.cpp counts a request's generated tokens and "
+            "generation time when it ends)",
+        )
     window = tokens.window_seconds
     count = tokens.stats.get("increase", generated * (window or 0.0))
-    return Signal(name="itl_seconds", kind="histogram", unit="seconds", stats={"mean": seconds / generated,
-                  "count": count}, source=ITL_SOURCE, window_seconds=window,
-                  verify="curl -s URL/metrics | grep -E '^llamacpp:tokens_predicted(_seconds)?_total'  # twice, "
-                  "then Δseconds / Δtokens")  # fmt: skip
+    return Signal(
+        name="itl_seconds",
+        kind="histogram",
+        unit="seconds",
+        stats={"mean": seconds / generated, "count": count},
+        source=ITL_SOURCE,
+        window_seconds=window,
+        verify="curl -s URL/metrics | grep -E '^llamacpp:tokens_predicted(_seconds)?_total'  # twice, "
+        "then Δseconds / Δtokens",
+    )
 
 
 def read_props(connection: Connection) -> list[Signal]:
@@ -72,8 +86,12 @@ def read_props(connection: Connection) -> list[Signal]:
     why = ""
     body: object = None
     try:
-        resp = requests.get(url, headers=headers, timeout=min(connection.timeout_seconds, PROPS_TIMEOUT_SECONDS),
-                            verify=not connection.insecure)  # fmt: skip
+        resp = requests.get(
+            url,
+            headers=headers,
+            timeout=min(connection.timeout_seconds, PROPS_TIMEOUT_SECONDS),
+            verify=not connection.insecure,
+        )
         with resp:
             if resp.status_code != 200:
                 why = f"GET {PROPS_PATH} answered HTTP {resp.status_code}"
@@ -83,19 +101,31 @@ def read_props(connection: Connection) -> list[Signal]:
         why = f"GET {PROPS_PATH} failed: {type(exc).__name__}"
     if not isinstance(body, dict):
         why = why or f"GET {PROPS_PATH} did not answer a JSON object"
-        return [Signal.missing("max_active_requests", "info", "requests", why),
-                Signal.missing("slot_context_tokens", "info", "tokens", why)]  # fmt: skip
+        return [
+            Signal.missing("max_active_requests", "info", "requests", why),
+            Signal.missing("slot_context_tokens", "info", "tokens", why),
+        ]
     slots = body.get("total_slots")
     settings = body.get("default_generation_settings")
     n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
     source = f"llama.cpp {PROPS_PATH}"
     verify = f"curl -s URL{PROPS_PATH} | python3 -m json.tool | grep -E 'total_slots|n_ctx'"
     out = []
-    for name, unit, value, key in (("max_active_requests", "requests", slots, "total_slots"),
-                                   ("slot_context_tokens", "tokens", n_ctx, "default_generation_settings.n_ctx")):
+    for name, unit, value, key in (
+        ("max_active_requests", "requests", slots, "total_slots"),
+        ("slot_context_tokens", "tokens", n_ctx, "default_generation_settings.n_ctx"),
+    ):
         if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-            out.append(Signal(name=name, kind="info", unit=unit, stats={"value": float(value), "last": float(value)},
-                              source=f"{source}: {key}", verify=verify))  # fmt: skip
+            out.append(
+                Signal(
+                    name=name,
+                    kind="info",
+                    unit=unit,
+                    stats={"value": float(value), "last": float(value)},
+                    source=f"{source}: {key}",
+                    verify=verify,
+                )
+            )
         else:
             out.append(Signal.missing(name, "info", unit, f"{PROPS_PATH} has no {key}", source=source))
     return out

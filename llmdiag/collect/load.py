@@ -142,15 +142,18 @@ async def preflight(connection: Connection, plan: LoadPlan) -> str:
     async with OpenAIClient.from_connection(connection, model=plan.model, timeout_seconds=plan.timeout_seconds) as c:
         served = await c.models()
     if plan.model is not None and plan.model not in served:
-        raise UsageError(f"--model {plan.model!r} is not served there (it serves {', '.join(served) or 'none'})",
-                         "leave out --model to use the server's first model")  # fmt: skip
+        raise UsageError(
+            f"--model {plan.model!r} is not served there (it serves {', '.join(served) or 'none'})",
+            "leave out --model to use the server's first model",
+        )
     if not served:
         raise UsageError(f"{connection.base_url}/v1/models lists no model", "is the model loaded yet?")
     return plan.model or served[0]
 
 
-async def run_level(connection: Connection, plan: LoadPlan, level: float,
-                    telemetry: TelemetryOptions | None) -> LevelRun:  # fmt: skip
+async def run_level(
+    connection: Connection, plan: LoadPlan, level: float, telemetry: TelemetryOptions | None
+) -> LevelRun:
     rng = random.Random(plan.seed + int(level * 1000))
     async with OpenAIClient.from_connection(connection, model=plan.model, timeout_seconds=plan.timeout_seconds) as c:
         prompts = PromptFactory(c, seed=rng.randrange(1 << 30))
@@ -158,8 +161,13 @@ async def run_level(connection: Connection, plan: LoadPlan, level: float,
 
         async def next_request() -> RequestPlan:
             output = plan.output_tokens.sample(rng)
-            return RequestPlan(prompt=await prompts.prompt(plan.prompt_tokens.sample(rng)), max_tokens=output,
-                               chat=plan.chat, ignore_eos=True, min_tokens=output)  # fmt: skip
+            return RequestPlan(
+                prompt=await prompts.prompt(plan.prompt_tokens.sample(rng)),
+                max_tokens=output,
+                chat=plan.chat,
+                ignore_eos=True,
+                min_tokens=output,
+            )
 
         total = plan.warmup_seconds + plan.duration_seconds + TAIL_SECONDS
         started = time.monotonic()
@@ -167,13 +175,25 @@ async def run_level(connection: Connection, plan: LoadPlan, level: float,
         timer = asyncio.get_running_loop().call_later(plan.warmup_seconds, scraper.start)
         try:
             if plan.mode == "closed":
-                results = await closed_loop(c, int(level), next_request, duration_seconds=total,
-                                            max_requests=plan.max_requests, think_time_seconds=plan.think_time_seconds,
-                                            allow_remote=plan.allow_remote)  # fmt: skip
+                results = await closed_loop(
+                    c,
+                    int(level),
+                    next_request,
+                    duration_seconds=total,
+                    max_requests=plan.max_requests,
+                    think_time_seconds=plan.think_time_seconds,
+                    allow_remote=plan.allow_remote,
+                )
             else:
-                results = await open_loop(c, level, next_request, duration_seconds=total,
-                                          max_requests=plan.max_requests, seed=plan.seed,
-                                          allow_remote=plan.allow_remote)  # fmt: skip
+                results = await open_loop(
+                    c,
+                    level,
+                    next_request,
+                    duration_seconds=total,
+                    max_requests=plan.max_requests,
+                    seed=plan.seed,
+                    allow_remote=plan.allow_remote,
+                )
         finally:
             timer.cancel()
         window_start = started + plan.warmup_seconds

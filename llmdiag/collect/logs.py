@@ -163,9 +163,7 @@ class _Reader:
     def __init__(self, spec: LogSpec):
         self.spec = spec
         self.prefixes = {p.name: (re.compile(p.pattern), p.time_format) for p in spec.prefix}
-        self.lines = [
-            (line, re.compile(line.pattern), [re.compile(o) for o in line.optional]) for line in spec.line
-        ]
+        self.lines = [(line, re.compile(line.pattern), [re.compile(o) for o in line.optional]) for line in spec.line]
 
     def _time(self, prefix: str, raw: str, year: int, file_time: float, lead: float | None) -> float:
         pattern_fmt = self.prefixes[prefix][1]
@@ -499,19 +497,31 @@ def _probe_spec(server: str, seen: dict[str, LogField], has_itl: bool) -> ProbeS
         kind = "gauge" if spec.kind == "gauge" else "counter"
         signals.append(
             SignalSpec(
-                name=name, kind=kind, unit=spec.unit, metrics=[name], help=name, aggregate=spec.aggregate,
-                valid_min=0.0, valid_max=1.0 if spec.unit == "ratio" else None,
+                name=name,
+                kind=kind,
+                unit=spec.unit,
+                metrics=[name],
+                help=name,
+                aggregate=spec.aggregate,
+                valid_min=0.0,
+                valid_max=1.0 if spec.unit == "ratio" else None,
             )
-        )  # fmt: skip
+        )
     if has_itl:
         signals.append(
-            SignalSpec(name="itl_seconds", kind="gauge", unit="seconds", metrics=["itl_seconds"], help="itl",
-                       aggregate="mean")
-        )  # fmt: skip
+            SignalSpec(
+                name="itl_seconds", kind="gauge", unit="seconds", metrics=["itl_seconds"], help="itl", aggregate="mean"
+            )
+        )
     return ProbeSpec(
-        name=f"{server}-log", title=f"{SERVER_NAMES[server]} log", server=SERVER_NAMES[server],
-        metrics_path="log", detect_prefixes=[""], signal=signals, verify="-",
-    )  # fmt: skip
+        name=f"{server}-log",
+        title=f"{SERVER_NAMES[server]} log",
+        server=SERVER_NAMES[server],
+        metrics_path="log",
+        detect_prefixes=[""],
+        signal=signals,
+        verify="-",
+    )
 
 
 SOURCES = {

@@ -61,9 +61,14 @@ NVML_ERROR_WORDS = {
 }
 # errors that will not change during a scan: the call is not tried again on that GPU
 PERMANENT_ERRORS = frozenset(
-    {NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NO_PERMISSION, NVML_ERROR_FUNCTION_NOT_FOUND,
-     NVML_ERROR_ARGUMENT_VERSION_MISMATCH, 26}
-)  # fmt: skip
+    {
+        NVML_ERROR_NOT_SUPPORTED,
+        NVML_ERROR_NO_PERMISSION,
+        NVML_ERROR_FUNCTION_NOT_FOUND,
+        NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+        26,
+    }
+)
 
 # pynvml constants, restated so a replay needs nothing from the real module but its error class
 CLOCK_SM, CLOCK_MEM = 1, 2
@@ -134,8 +139,12 @@ class NvmlSampler:
     def _open_gpu(self, index: int) -> Gpu:
         nvml = self.nvml
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        gpu = Gpu(index=index, handle=handle, name=_text(nvml.nvmlDeviceGetName(handle)),
-                  uuid=_text(nvml.nvmlDeviceGetUUID(handle)))  # fmt: skip
+        gpu = Gpu(
+            index=index,
+            handle=handle,
+            name=_text(nvml.nvmlDeviceGetName(handle)),
+            uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+        )
         try:
             current, _pending = nvml.nvmlDeviceGetMigMode(handle)
             gpu.mig_enabled = current == 1
@@ -229,8 +238,12 @@ class NvmlSampler:
         put, call = self._put, self._call
         at = scrape.at_unix or self.clock()
 
-        util = call(scrape, gpu, ("nvml_gpu_utilization_percent", "nvml_memory_utilization_percent"),
-                    "nvmlDeviceGetUtilizationRates")  # fmt: skip
+        util = call(
+            scrape,
+            gpu,
+            ("nvml_gpu_utilization_percent", "nvml_memory_utilization_percent"),
+            "nvmlDeviceGetUtilizationRates",
+        )
         if util is not None:
             put(scrape, "nvml_gpu_utilization_percent", gpu, util.gpu)
             put(scrape, "nvml_memory_utilization_percent", gpu, util.memory)
@@ -238,8 +251,9 @@ class NvmlSampler:
         if memory is not None:
             put(scrape, "nvml_memory_used_bytes", gpu, memory.used)
             put(scrape, "nvml_memory_total_bytes", gpu, memory.total)
-        processes = call(scrape, gpu, ("nvml_processes", "nvml_process_memory_bytes"),
-                         "nvmlDeviceGetComputeRunningProcesses")  # fmt: skip
+        processes = call(
+            scrape, gpu, ("nvml_processes", "nvml_process_memory_bytes"), "nvmlDeviceGetComputeRunningProcesses"
+        )
         if processes is not None:
             put(scrape, "nvml_processes", gpu, len(processes))
             for process in processes:
@@ -272,14 +286,18 @@ class NvmlSampler:
             ("nvml_pcie_tx_kib_per_second", "nvmlDeviceGetPcieThroughput", (PCIE_UTIL_TX_BYTES,)),
             ("nvml_pcie_rx_kib_per_second", "nvmlDeviceGetPcieThroughput", (PCIE_UTIL_RX_BYTES,)),
             ("nvml_pcie_replay_total", "nvmlDeviceGetPcieReplayCounter", ()),
-            ("nvml_ecc_uncorrected_volatile_total", "nvmlDeviceGetTotalEccErrors",
-             (MEMORY_ERROR_TYPE_UNCORRECTED, VOLATILE_ECC)),
-        ):  # fmt: skip
+            (
+                "nvml_ecc_uncorrected_volatile_total",
+                "nvmlDeviceGetTotalEccErrors",
+                (MEMORY_ERROR_TYPE_UNCORRECTED, VOLATILE_ECC),
+            ),
+        ):
             value = call(scrape, gpu, (name,), which, *args)
             if value is not None:
                 put(scrape, name, gpu, value)
-        pages = call(scrape, gpu, ("nvml_retired_pages",), "nvmlDeviceGetRetiredPages",
-                     PAGE_RETIREMENT_CAUSE_DOUBLE_BIT)  # fmt: skip
+        pages = call(
+            scrape, gpu, ("nvml_retired_pages",), "nvmlDeviceGetRetiredPages", PAGE_RETIREMENT_CAUSE_DOUBLE_BIT
+        )
         if pages is not None:
             put(scrape, "nvml_retired_pages", gpu, len(pages))
         remapped = call(scrape, gpu, ("nvml_row_remap_pending",), "nvmlDeviceGetRemappedRows")
@@ -297,8 +315,9 @@ class NvmlSampler:
         self._put(scrape, "nvml_nvlink_active_links", gpu, len(gpu.nvlink_links))
         if gpu.nvlink_capacity_bytes_per_second:
             self._put(scrape, "nvml_nvlink_capacity_bytes_per_second", gpu, gpu.nvlink_capacity_bytes_per_second)
-        values = self._call(scrape, gpu, names, "nvmlDeviceGetFieldValues",
-                            [(fid, ALL_LINKS_SCOPE) for fid in NVLINK_FIELDS])  # fmt: skip
+        values = self._call(
+            scrape, gpu, names, "nvmlDeviceGetFieldValues", [(fid, ALL_LINKS_SCOPE) for fid in NVLINK_FIELDS]
+        )
         if values is None:
             return
         totals: dict[str, float] = {}
@@ -383,7 +402,9 @@ def open_nvml_source(library: Any = None, remote_gpus: bool = False) -> Source |
         except ImportError:
             if driver_library_present():
                 return unavailable_source(
-                    "nvml", "NVML", "GPU telemetry: unavailable (an NVIDIA driver is here but nvidia-ml-py is not "
+                    "nvml",
+                    "NVML",
+                    "GPU telemetry: unavailable (an NVIDIA driver is here but nvidia-ml-py is not "
                     "installed: pip install 'llmdiag[gpu]')",
                 )
             return unavailable_source("nvml", "NVML", _no_driver_note(remote_gpus))
@@ -401,7 +422,9 @@ def open_nvml_source(library: Any = None, remote_gpus: bool = False) -> Source |
     if not sampler.gpus:
         _shutdown(library)
         return unavailable_source(
-            "nvml", "NVML", "GPU telemetry (NVML): unavailable (the driver sees no GPU; check CUDA_VISIBLE_DEVICES "
+            "nvml",
+            "NVML",
+            "GPU telemetry (NVML): unavailable (the driver sees no GPU; check CUDA_VISIBLE_DEVICES "
             "and the container's --gpus)",
         )
     return Source(

@@ -169,10 +169,14 @@ class ReplayNvml:
                 self.field_answers[key] = _Answers(recorded.get(str(fid), {"error": NVML_ERROR_NOT_SUPPORTED}))
             answer = self.field_answers[key].next()
             failed = isinstance(answer, dict) and "error" in answer
-            values.append(SimpleNamespace(
-                fieldId=fid, scopeId=scope, nvmlReturn=answer["error"] if failed else 0,
-                value=SimpleNamespace(ullVal=0 if failed else int(answer)),
-            ))  # fmt: skip
+            values.append(
+                SimpleNamespace(
+                    fieldId=fid,
+                    scopeId=scope,
+                    nvmlReturn=answer["error"] if failed else 0,
+                    value=SimpleNamespace(ullVal=0 if failed else int(answer)),
+                )
+            )
         return values
 
     def __getattr__(self, name: str) -> Any:
@@ -258,13 +262,15 @@ class RecordingNvml:
                 value = real(handle, *args)
                 answer = _plain(value)
                 if name == FIELD_VALUES:
-                    answer = {str(v.fieldId): (int(v.value.ullVal) if v.nvmlReturn == 0 else {"error": v.nvmlReturn})
-                              for v in value}  # fmt: skip
+                    answer = {
+                        str(v.fieldId): (int(v.value.ullVal) if v.nvmlReturn == 0 else {"error": v.nvmlReturn})
+                        for v in value
+                    }
             except self.nvml.NVMLError as exc:
                 answer = {"error": exc.value}
             if name == FIELD_VALUES:
                 slot = calls.setdefault(FIELD_VALUES, {})
-                for fid, item in (answer.items() if "error" not in answer else ()):
+                for fid, item in answer.items() if "error" not in answer else ():
                     slot.setdefault(fid, {"seq": []})["seq"].append(item)
             else:
                 calls.setdefault(call_key(name, args), {"seq": []})["seq"].append(answer)

@@ -109,8 +109,10 @@ class PrometheusSource:
         if token_env:
             token = os.environ.get(token_env)
             if not token:
-                raise UsageError(f"--prometheus-token-env {token_env}: that variable is not set or empty",
-                                 f"export {token_env}=... before running llmdiag")  # fmt: skip
+                raise UsageError(
+                    f"--prometheus-token-env {token_env}: that variable is not set or empty",
+                    f"export {token_env}=... before running llmdiag",
+                )
             token_from = f"env {token_env}"
         elif token_file:
             try:
@@ -135,9 +137,18 @@ class PrometheusSource:
         if ca_file is not None and not ca_file.is_file():
             raise UsageError(f"--prometheus-ca {ca_file}: no such file", "give the CA bundle as a PEM file")
         parsed = dict(parse_header(h) for h in headers or [])
-        return cls(url=url, headers=parsed, token=token, token_from=token_from, username=user, password=password,
-                   password_from=password_from, ca_file=str(ca_file) if ca_file else None, insecure=insecure,
-                   timeout_seconds=timeout_seconds)  # fmt: skip
+        return cls(
+            url=url,
+            headers=parsed,
+            token=token,
+            token_from=token_from,
+            username=user,
+            password=password,
+            password_from=password_from,
+            ca_file=str(ca_file) if ca_file else None,
+            insecure=insecure,
+            timeout_seconds=timeout_seconds,
+        )
 
     # -- requests ---------------------------------------------------------------------------------------------
     def _client(self) -> requests.Session:
@@ -173,14 +184,20 @@ class PrometheusSource:
         try:
             resp = self._client().post(url, data=params, timeout=self.timeout_seconds)
         except requests.exceptions.SSLError:
-            raise ConnectError(f"TLS handshake with {self.display_url} failed",
-                               "give the CA with --prometheus-ca FILE, or pass --insecure") from None  # fmt: skip
+            raise ConnectError(
+                f"TLS handshake with {self.display_url} failed",
+                "give the CA with --prometheus-ca FILE, or pass --insecure",
+            ) from None
         except requests.exceptions.Timeout:
-            raise ProbeTimeout(f"{self.display_url} did not answer {what} within {self.timeout_seconds:g} s",
-                               "narrow --selector or the time range") from None  # fmt: skip
+            raise ProbeTimeout(
+                f"{self.display_url} did not answer {what} within {self.timeout_seconds:g} s",
+                "narrow --selector or the time range",
+            ) from None
         except requests.exceptions.ConnectionError:
-            raise ConnectError(f"cannot connect to Prometheus at {self.display_url}",
-                               "is the URL right? e.g. --prometheus http://prometheus:9090") from None  # fmt: skip
+            raise ConnectError(
+                f"cannot connect to Prometheus at {self.display_url}",
+                "is the URL right? e.g. --prometheus http://prometheus:9090",
+            ) from None
         except requests.exceptions.RequestException as exc:
             raise ConnectError(f"request to {self.display_url} failed: {type(exc).__name__}") from None
         with resp:
@@ -202,8 +219,10 @@ class PrometheusSource:
                 "--prometheus-password-env, or --header (e.g. 'X-Scope-OrgID: tenant' for Mimir)",
             )
         if resp.status_code == 404:
-            raise PrometheusQueryError(f"{self.display_url} has no /api/v1/{path} (HTTP 404)",
-                                       "give the Prometheus base URL (for Mimir, its /prometheus prefix)")  # fmt: skip
+            raise PrometheusQueryError(
+                f"{self.display_url} has no /api/v1/{path} (HTTP 404)",
+                "give the Prometheus base URL (for Mimir, its /prometheus prefix)",
+            )
         status = f"HTTP {resp.status_code}" if resp.status_code != 200 else "an error"
         raise PrometheusQueryError(
             f"Prometheus answered {status} to {what}: {self._scrub(reason) or (resp.reason or 'no error text')}"
@@ -218,16 +237,16 @@ class PrometheusSource:
         return _result(self.api("query_range", params, f"the range query {_short(expr)}"), expr)
 
     def series(self, match: str, start: float, end: float) -> list[dict[str, str]]:
-        data = self.api("series", {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"},
-                        "the series lookup")  # fmt: skip
+        data = self.api("series", {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}, "the series lookup")
         return data if isinstance(data, list) else []
 
     def targets(self) -> list[dict] | None:
         """Active targets (Prometheus only; Mimir and Thanos have none): None when the API is not there."""
         self.queries += 1
         try:
-            resp = self._client().get(f"{self.url}/api/v1/targets", params={"state": "active"},
-                                      timeout=self.timeout_seconds)  # fmt: skip
+            resp = self._client().get(
+                f"{self.url}/api/v1/targets", params={"state": "active"}, timeout=self.timeout_seconds
+            )
             body = resp.json() if resp.status_code == 200 else None
         except (requests.exceptions.RequestException, ValueError):
             return None
@@ -340,8 +359,9 @@ def selector_matchers(selector: str | None) -> str:
         inner = inner[1:-1]
     inner = inner.strip().strip(",")
     if inner and not re.match(r"^\s*[A-Za-z_][A-Za-z0-9_]*\s*(=~|!~|!=|=)\s*\"", inner):
-        raise UsageError(f"--selector '{selector}' is not a label matcher list",
-                         "e.g. --selector '{job=\"vllm\",namespace=\"prod\"}'")  # fmt: skip
+        raise UsageError(
+            f"--selector '{selector}' is not a label matcher list", 'e.g. --selector \'{job="vllm",namespace="prod"}\''
+        )
     return inner
 
 
@@ -520,13 +540,15 @@ def _group_by(extra: list[str]) -> str:
 def _histogram_expr(wire: str, inner: str, match: dict[str, str], window: str) -> str:
     by = _group_by(sorted(match))
     bucket = f"sum by ({by}, le) (rate({_vector(wire + '_bucket', inner, match)}[{window}]))"
-    parts = [
-        f'label_replace(histogram_quantile({q:g}, {bucket}), "{TAG}", "{key}", "", "")' for q, key in QUANTILES
-    ]
-    parts.append(f'label_replace(sum by ({by}, le) (increase({_vector(wire + "_bucket", inner, match)}[{window}])), '
-                 f'"{TAG}", "bucket", "", "")')  # fmt: skip
-    parts.append(f'label_replace(sum by ({by}) (increase({_vector(wire + "_sum", inner, match)}[{window}])), '
-                 f'"{TAG}", "sum", "", "")')  # fmt: skip
+    parts = [f'label_replace(histogram_quantile({q:g}, {bucket}), "{TAG}", "{key}", "", "")' for q, key in QUANTILES]
+    parts.append(
+        f"label_replace(sum by ({by}, le) (increase({_vector(wire + '_bucket', inner, match)}[{window}])), "
+        f'"{TAG}", "bucket", "", "")'
+    )
+    parts.append(
+        f"label_replace(sum by ({by}) (increase({_vector(wire + '_sum', inner, match)}[{window}])), "
+        f'"{TAG}", "sum", "", "")'
+    )
     return " or ".join(parts)
 
 
@@ -656,19 +678,26 @@ class _InstanceBuilder:
             return [r for r in query.rows if match(r["metric"])]
         return query.index.get(self.key, [])
 
-    def signal(self, probe: ProbeSpec, spec: SignalSpec, wire: str | None, inner: str, match=None) -> tuple[
-        Signal, list[str]
-    ]:
+    def signal(
+        self, probe: ProbeSpec, spec: SignalSpec, wire: str | None, inner: str, match=None
+    ) -> tuple[Signal, list[str]]:
         if wire is None:
-            reason = (f"no series in Prometheus for this instance in the window (looked for "
-                      f"{', '.join(_wire_candidates(spec))})")  # fmt: skip
+            reason = (
+                f"no series in Prometheus for this instance in the window (looked for "
+                f"{', '.join(_wire_candidates(spec))})"
+            )
             if spec.missing_note:
                 reason += f"; {spec.missing_note}"
             return Signal.missing(spec.name, spec.kind, spec.unit, reason), []
         query = self.runner.want(spec, wire, inner)
         if query.failure is not None:
-            return Signal.missing(spec.name, spec.kind, spec.unit, f"the Prometheus query failed: {query.failure}",
-                                  source=f"prometheus: {query.expr}"), []  # fmt: skip
+            return Signal.missing(
+                spec.name,
+                spec.kind,
+                spec.unit,
+                f"the Prometheus query failed: {query.failure}",
+                source=f"prometheus: {query.expr}",
+            ), []
         rows = self.rows(query, match=match)
         common = {"source": f"prometheus: {query.expr}", "verify": spec.verify or self.runner.verify(query)}
         if spec.kind == "histogram":
@@ -681,16 +710,24 @@ class _InstanceBuilder:
             by_t = _scrapes_for(query, rows, [self.t], {self.t: self.start})
             scrapes = by_t[self.t]
             if spec.divide_by and scrapes:
-                other = self.runner.want(SignalSpec(name="_d", kind="gauge", unit="x", metrics=[spec.divide_by],
-                                                    help="-"), spec.divide_by, inner)  # fmt: skip
+                other = self.runner.want(
+                    SignalSpec(name="_d", kind="gauge", unit="x", metrics=[spec.divide_by], help="-"),
+                    spec.divide_by,
+                    inner,
+                )
                 extra = _scrapes_for(other, self.rows(other, match=match), [self.t], {self.t: self.start})[self.t]
                 extra_at = {s.at_unix: s.series for s in extra}
                 for s in scrapes:
                     s.series.update(extra_at.get(s.at_unix, {}))
         if not scrapes:
             why = "no samples in the window" if rows or query.kind != "histogram" else "no buckets in the window"
-            return Signal.missing(spec.name, spec.kind, spec.unit, f"Prometheus has {wire} but {why} for this instance",
-                                  source=common["source"]), []  # fmt: skip
+            return Signal.missing(
+                spec.name,
+                spec.kind,
+                spec.unit,
+                f"Prometheus has {wire} but {why} for this instance",
+                source=common["source"],
+            ), []
         builder = SignalBuilder(probe, scrapes, self.where)
         signal = builder.build(spec)
         signal.source, signal.verify = common["source"], common["verify"]
@@ -719,9 +756,15 @@ def _source_info(probe: ProbeSpec, runner: _Runner, key: str, builder: _Instance
                 engines.add(labels["dp_rank"])
             if probe.config_metric and query.wire == probe.config_metric and query.kind == "info" and not config:
                 config = {k: v for k, v in labels.items() if k not in (*INSTANCE_LABELS, "__name__", "model_name")}
-    return SourceInfo(probe=probe.name, url=builder.where, server=probe.server, models=sorted(models),
-                      engines=sorted(engines, key=lambda e: (len(e), e)), config=config,
-                      note="; ".join(["read through Prometheus", *probe.notes]))  # fmt: skip
+    return SourceInfo(
+        probe=probe.name,
+        url=builder.where,
+        server=probe.server,
+        models=sorted(models),
+        engines=sorted(engines, key=lambda e: (len(e), e)),
+        config=config,
+        note="; ".join(["read through Prometheus", *probe.notes]),
+    )
 
 
 def _dcgm_host(group: dict[str, str]) -> str:
@@ -740,8 +783,11 @@ def _join_dcgm(plan: _Plan, key: str) -> tuple[list[dict[str, str]], str]:
     own = plan.labels[key]
     if own.get("pod"):
         space = own.get("namespace")
-        by_pod = [g for g in plan.dcgm_groups
-                  if g.get("pod") == own["pod"] and (not space or g.get("namespace", space) == space)]  # fmt: skip
+        by_pod = [
+            g
+            for g in plan.dcgm_groups
+            if g.get("pod") == own["pod"] and (not space or g.get("namespace", space) == space)
+        ]
         if by_pod:
             return by_pod, f"pod {own['pod']}"
     host = _server_host(own)
@@ -754,16 +800,24 @@ def _join_dcgm(plan: _Plan, key: str) -> tuple[list[dict[str, str]], str]:
 def _dcgm_signals(runner: _Runner, plan: _Plan, key: str, t: float, window: float) -> SignalSet | SourceInfo:
     dcgm = load_probe("dcgm")
     if not plan.dcgm_names:
-        return SourceInfo(probe="dcgm", server="DCGM exporter", ok=False,
-                          note="DCGM exporter: no DCGM_* series in this Prometheus for the window")  # fmt: skip
+        return SourceInfo(
+            probe="dcgm",
+            server="DCGM exporter",
+            ok=False,
+            note="DCGM exporter: no DCGM_* series in this Prometheus for the window",
+        )
     groups, how = _join_dcgm(plan, key)
     if not groups:
         hosts = sorted({_dcgm_host(g) for g in plan.dcgm_groups})
         pods = sorted({g["pod"] for g in plan.dcgm_groups if g.get("pod")})
         seen = f"hosts {', '.join(hosts[:5])}" + (f"; pods {', '.join(pods[:5])}" if pods else "")
-        return SourceInfo(probe="dcgm", server="DCGM exporter", ok=False,
-                          note=f"DCGM exporter: GPU series are in Prometheus but none share a pod or host with {key} "
-                               f"(its host {_server_host(plan.labels[key]) or '?'}; DCGM {seen})")  # fmt: skip
+        return SourceInfo(
+            probe="dcgm",
+            server="DCGM exporter",
+            ok=False,
+            note=f"DCGM exporter: GPU series are in Prometheus but none share a pod or host with {key} "
+            f"(its host {_server_host(plan.labels[key]) or '?'}; DCGM {seen})",
+        )
     group_keys = [tuple(sorted(g.items())) for g in groups]
 
     def mine(labels: dict[str, str]) -> bool:
@@ -796,13 +850,16 @@ def choose_window(interval: float, span: float | None) -> tuple[float, str]:
     if span is None:
         return max(DEFAULT_WINDOW_SECONDS, floor), ""
     if span < floor:
-        return floor, (f"the requested {span:g} s is under {MIN_WINDOW_INTERVALS} scrape intervals "
-                       f"({interval:g} s each): widened to {floor:g} s")  # fmt: skip
+        return floor, (
+            f"the requested {span:g} s is under {MIN_WINDOW_INTERVALS} scrape intervals "
+            f"({interval:g} s each): widened to {floor:g} s"
+        )
     return span, ""
 
 
-def _evaluate(source: PrometheusSource, plan: _Plan, runner: _Runner, times: list[float], window: float,
-              inner: str) -> list[dict[str, SignalSet]]:  # fmt: skip
+def _evaluate(
+    source: PrometheusSource, plan: _Plan, runner: _Runner, times: list[float], window: float, inner: str
+) -> list[dict[str, SignalSet]]:
     """Declare every query (first pass), run them, then build each instance's SignalSet at each time."""
     server_specs = {name: load_probe(name) for name in SERVER_PROBES}
     dcgm = load_probe("dcgm")
@@ -815,8 +872,11 @@ def _evaluate(source: PrometheusSource, plan: _Plan, runner: _Runner, times: lis
             if wire is not None:
                 runner.want(spec, wire, inner)
                 if spec.divide_by:
-                    runner.want(SignalSpec(name="_d", kind="gauge", unit="x", metrics=[spec.divide_by], help="-"),
-                                spec.divide_by, inner)  # fmt: skip
+                    runner.want(
+                        SignalSpec(name="_d", kind="gauge", unit="x", metrics=[spec.divide_by], help="-"),
+                        spec.divide_by,
+                        inner,
+                    )
     if plan.dcgm_names and plan.dcgm_groups and any(_join_dcgm(plan, k)[0] for k in plan.probe):
         for spec in dcgm.signal:
             wire = _chosen_wire(spec, plan.dcgm_names)
@@ -832,24 +892,34 @@ def _evaluate(source: PrometheusSource, plan: _Plan, runner: _Runner, times: lis
     return out
 
 
-def _instance_set(runner: _Runner, plan: _Plan, key: str, t: float, window: float,
-                  server_specs: dict[str, ProbeSpec], inner: str) -> SignalSet:  # fmt: skip
+def _instance_set(
+    runner: _Runner, plan: _Plan, key: str, t: float, window: float, server_specs: dict[str, ProbeSpec], inner: str
+) -> SignalSet:
     probe_name = plan.probe.get(key)
     builder = _InstanceBuilder(runner, key, t, window)
     signal_set = SignalSet()
-    signal_set.window = Window(kind="window", start_unix=t - window, end_unix=t, duration_seconds=window,
-                               scrapes=max(1, int(round(window / plan.interval))),
-                               note=f"read from Prometheus: PromQL over [{_dur(window)}] ending at "
-                                    f"{datetime.fromtimestamp(t).isoformat(timespec='seconds')}")  # fmt: skip
+    signal_set.window = Window(
+        kind="window",
+        start_unix=t - window,
+        end_unix=t,
+        duration_seconds=window,
+        scrapes=max(1, int(round(window / plan.interval))),
+        note=f"read from Prometheus: PromQL over [{_dur(window)}] ending at "
+        f"{datetime.fromtimestamp(t).isoformat(timespec='seconds')}",
+    )
     if probe_name is None:
         seen = sorted(plan.names.get(key, set()))
-        reason = ("Prometheus has this target (up) but no inference-server series from it in the window"
-                  if not seen else f"unrecognised server series ({', '.join(seen[:3])} …)")  # fmt: skip
+        reason = (
+            "Prometheus has this target (up) but no inference-server series from it in the window"
+            if not seen
+            else f"unrecognised server series ({', '.join(seen[:3])} …)"
+        )
         spec = server_specs["vllm"]
         for s in spec.signal:
             signal_set.add(Signal.missing(s.name, s.kind, s.unit, reason))
-        signal_set.sources.append(SourceInfo(probe="prometheus", url=builder.where, server="unknown", ok=False,
-                                             note=reason))  # fmt: skip
+        signal_set.sources.append(
+            SourceInfo(probe="prometheus", url=builder.where, server="unknown", ok=False, note=reason)
+        )
         return signal_set
     probe = server_specs[probe_name]
     for spec in probe.signal:
@@ -860,9 +930,13 @@ def _instance_set(runner: _Runner, plan: _Plan, key: str, t: float, window: floa
 
     for fixed in probe.by_design:
         signal_set.add(_by_design(probe, fixed, window))
-    for name, help_text in (("counter_resets", "counters or histograms that went backwards in the window (PromQL's "
-                             "increase() handles resets)"), ("implausible_samples", "gauge samples outside their "
-                             "valid range")):  # fmt: skip
+    for name, help_text in (
+        (
+            "counter_resets",
+            "counters or histograms that went backwards in the window (PromQL's increase() handles resets)",
+        ),
+        ("implausible_samples", "gauge samples outside their valid range"),
+    ):
         signal_set.add(Signal(name=name, kind="derived", unit="count", stats={"value": 0.0}, source=help_text))
     signal_set.sources.append(_source_info(probe, runner, key, builder))
     gpu = _dcgm_signals(runner, plan, key, t, window)
@@ -880,8 +954,9 @@ def _instance_set(runner: _Runner, plan: _Plan, key: str, t: float, window: floa
     return signal_set
 
 
-def _prepare(source: PrometheusSource, selector: str | None, end: float, span: float,
-             interval: float | None = None) -> tuple[_Plan, str]:  # fmt: skip
+def _prepare(
+    source: PrometheusSource, selector: str | None, end: float, span: float, interval: float | None = None
+) -> tuple[_Plan, str]:
     inner = selector_matchers(selector)
     notes: list[str] = []
     if interval is None:
@@ -922,9 +997,15 @@ def collect_prometheus(
     notes += plan.notes + source.warnings
     for signal_set in sets.values():
         signal_set.anomalies += [n for n in plan.notes if n.startswith("Prometheus answered")]
-    return PrometheusResult(instances=sets, queries=source.queries - before, notes=notes,
-                            scrape_interval_seconds=interval, window_seconds=window, end_unix=end,
-                            prometheus_url=source.display_url)  # fmt: skip
+    return PrometheusResult(
+        instances=sets,
+        queries=source.queries - before,
+        notes=notes,
+        scrape_interval_seconds=interval,
+        window_seconds=window,
+        end_unix=end,
+        prometheus_url=source.display_url,
+    )
 
 
 def collect_prometheus_timeline(
@@ -948,12 +1029,15 @@ def collect_prometheus_timeline(
     floor = MIN_WINDOW_INTERVALS * interval
     if step < floor:
         if step_seconds is not None:
-            notes.append(f"--step {step_seconds:g} s is under {MIN_WINDOW_INTERVALS} scrape intervals: "
-                         f"widened to {floor:g} s")  # fmt: skip
+            notes.append(
+                f"--step {step_seconds:g} s is under {MIN_WINDOW_INTERVALS} scrape intervals: widened to {floor:g} s"
+            )
         step = floor
     if span < step:
-        raise UsageError(f"the range ({span:g} s) is shorter than one step ({step:g} s)",
-                         "widen --from/--to or give a smaller --step")  # fmt: skip
+        raise UsageError(
+            f"the range ({span:g} s) is shorter than one step ({step:g} s)",
+            "widen --from/--to or give a smaller --step",
+        )
     step = round(step, 3)
     start_unix = round(start_unix, 3)
     count = int(span // step)
@@ -967,7 +1051,14 @@ def collect_prometheus_timeline(
     queries = source.queries - before
     out: list[tuple[float, PrometheusResult]] = []
     for t, sets in zip(times, per_time, strict=True):
-        result = PrometheusResult(instances=sets, queries=queries, notes=notes, scrape_interval_seconds=interval,
-                                  window_seconds=step, end_unix=t, prometheus_url=source.display_url)  # fmt: skip
+        result = PrometheusResult(
+            instances=sets,
+            queries=queries,
+            notes=notes,
+            scrape_interval_seconds=interval,
+            window_seconds=step,
+            end_unix=t,
+            prometheus_url=source.display_url,
+        )
         out.append((t, result))
     return out

@@ -882,9 +882,13 @@ class OpenAIClient:
             await self._default_model()
         path, body = self._completion(plan)
         request = b"POST %s HTTP/1.1\r\n%sAccept: %s\r\nContent-Length: %d\r\nX-Request-Id: %s\r\n\r\n%s" % (
-            path, self._headers, b"text/event-stream" if plan.stream else b"application/json", len(body),
-            result.request_id.encode(), body,
-        )  # fmt: skip
+            path,
+            self._headers,
+            b"text/event-stream" if plan.stream else b"application/json",
+            len(body),
+            result.request_id.encode(),
+            body,
+        )
         await self._exchange(request, result, plan.chat)
 
     def _completion(self, plan: RequestPlan) -> tuple[bytes, bytes]:
@@ -976,8 +980,9 @@ class OpenAIClient:
                 sock.enable_stamps()
                 await loop.sock_connect(sock, address)
                 connection.rx = sock
-                await loop.create_connection(lambda: connection, sock=sock, ssl=self._ssl,
-                                             server_hostname=self.host if self._ssl else None)  # fmt: skip
+                await loop.create_connection(
+                    lambda: connection, sock=sock, ssl=self._ssl, server_hostname=self.host if self._ssl else None
+                )
                 return
             except OSError as exc:
                 sock.close()
@@ -1457,11 +1462,16 @@ class BackgroundLoad:
         self.base_url = base_url
         self._factory = request_factory
         self._client_options: dict[str, Any] = dict(
-            model=model, api_key=api_key, headers=headers, timeout_seconds=timeout_seconds, insecure=insecure,
+            model=model,
+            api_key=api_key,
+            headers=headers,
+            timeout_seconds=timeout_seconds,
+            insecure=insecure,
             max_connections=max_connections,
-        )  # fmt: skip
-        self._run_options: dict[str, Any] = dict(duration_seconds=duration_seconds, max_requests=max_requests,
-                                                 allow_remote=allow_remote, keep_results=False)  # fmt: skip
+        )
+        self._run_options: dict[str, Any] = dict(
+            duration_seconds=duration_seconds, max_requests=max_requests, allow_remote=allow_remote, keep_results=False
+        )
         self.users = users
         self.rate_per_second = rate_per_second
         self.think_time_seconds = think_time_seconds
@@ -1565,10 +1575,22 @@ class BackgroundLoad:
             self.started_at = time.time()
             self._ready.set()
             if self.users is not None:
-                await closed_loop(client, self.users, self._plan, think_time_seconds=self.think_time_seconds,
-                                  on_result=self._record, error_backoff_seconds=self.error_backoff_seconds,
-                                  **self._run_options)  # fmt: skip
+                await closed_loop(
+                    client,
+                    self.users,
+                    self._plan,
+                    think_time_seconds=self.think_time_seconds,
+                    on_result=self._record,
+                    error_backoff_seconds=self.error_backoff_seconds,
+                    **self._run_options,
+                )
             else:
                 assert self.rate_per_second is not None
-                await open_loop(client, self.rate_per_second, self._plan, seed=self.seed, on_result=self._record,
-                                **self._run_options)  # fmt: skip
+                await open_loop(
+                    client,
+                    self.rate_per_second,
+                    self._plan,
+                    seed=self.seed,
+                    on_result=self._record,
+                    **self._run_options,
+                )

@@ -305,11 +305,7 @@ def build_signal_set(
         end_unix=scrapes[-1].at_unix,
         duration_seconds=builder.duration,
         scrapes=len(scrapes),
-        note=(
-            "lifetime averages since the server started: one dump has no window"
-            if builder.lifetime
-            else ""
-        ),
+        note=("lifetime averages since the server started: one dump has no window" if builder.lifetime else ""),
     )
     signal_set.sources.append(_source_info(spec, scrapes, source_url))
     return signal_set
@@ -324,8 +320,15 @@ def _by_design(spec: ProbeSpec, fixed: ByDesignSpec, duration: float | None) -> 
         stats = {"rate": fixed.value, "increase": fixed.value * (duration or 0.0)}
     else:
         stats = dict.fromkeys(("last", "mean", "min", "max", "p90"), fixed.value)
-    return Signal(name=fixed.name, kind=fixed.kind, unit=fixed.unit, stats=stats, source=source,
-                  verify=f"{spec.server} documentation: {fixed.reason}", window_seconds=duration)  # fmt: skip
+    return Signal(
+        name=fixed.name,
+        kind=fixed.kind,
+        unit=fixed.unit,
+        stats=stats,
+        source=source,
+        verify=f"{spec.server} documentation: {fixed.reason}",
+        window_seconds=duration,
+    )
 
 
 def _source_info(spec: ProbeSpec, scrapes: list[Scrape], url: str) -> SourceInfo:

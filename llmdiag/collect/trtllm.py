@@ -74,8 +74,13 @@ DRAIN_HINT = (
 # the share of iterations with an unexplained queue above which the GUARANTEED_NO_EVICT note is added
 RESERVED_KV_NOTE_SHARE = 0.5
 # signals this module makes from the records beyond the probe spec's names (rules may read them: MEM006)
-RECORD_SIGNALS = {"queued_with_batch_room_ratio": "derived", "iteration_records_missing_ratio": "derived",
-                  "iteration_seconds": "histogram", "kv_cache_blocks": "info", "kv_cache_block_size_tokens": "info"}
+RECORD_SIGNALS = {
+    "queued_with_batch_room_ratio": "derived",
+    "iteration_records_missing_ratio": "derived",
+    "iteration_seconds": "histogram",
+    "kv_cache_blocks": "info",
+    "kv_cache_block_size_tokens": "info",
+}
 
 
 Record = Mapping[str, Any]
@@ -166,8 +171,16 @@ def _gauge(name: str, unit: str, points: list[tuple[float, float]], source: str,
         "max": ordered[-1],
         "p90": ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)],
     }
-    return Signal(name=name, kind="gauge", unit=unit, stats=stats, samples=points[-512:], source=source,
-                  verify=VERIFY, window_seconds=window)  # fmt: skip
+    return Signal(
+        name=name,
+        kind="gauge",
+        unit=unit,
+        stats=stats,
+        samples=points[-512:],
+        source=source,
+        verify=VERIFY,
+        window_seconds=window,
+    )
 
 
 VERIFY = "curl -s URL/metrics | python3 -m json.tool  # note: reading it removes the records from the server"
@@ -237,8 +250,12 @@ def signals_from_iteration_records(
     add_gauge("requests_running", "requests", points("numActiveRequests"), "numActiveRequests")
     add_gauge("requests_waiting", "requests", points("numQueuedRequests"), "numQueuedRequests")
     add_gauge("max_active_requests", "requests", points("maxNumActiveRequests"), "maxNumActiveRequests")
-    add_gauge("requests_paused", "requests", points("inflightBatchingStats", "numPausedRequests"),
-              "inflightBatchingStats.numPausedRequests")  # fmt: skip
+    add_gauge(
+        "requests_paused",
+        "requests",
+        points("inflightBatchingStats", "numPausedRequests"),
+        "inflightBatchingStats.numPausedRequests",
+    )
     usage: list[tuple[float, float]] = []
     for r in records:
         used, total = _num(r, "kvCacheStats", "usedNumBlocks"), _num(r, "kvCacheStats", "maxNumBlocks")
@@ -253,8 +270,16 @@ def signals_from_iteration_records(
     def add_info(name: str, unit: str, *path: str) -> None:
         found = [v for r in reversed(records) if (v := _num(r, *path)) is not None]
         if found:
-            signal_set.add(Signal(name=name, kind="info", unit=unit, stats={"value": found[0]},
-                                  source=f"{source}: {'.'.join(path)}", verify=VERIFY))  # fmt: skip
+            signal_set.add(
+                Signal(
+                    name=name,
+                    kind="info",
+                    unit=unit,
+                    stats={"value": found[0]},
+                    source=f"{source}: {'.'.join(path)}",
+                    verify=VERIFY,
+                )
+            )
         else:
             signal_set.add(Signal.missing(name, "info", unit, _why_missing(records, ".".join(path))))
 
@@ -268,36 +293,73 @@ def signals_from_iteration_records(
             return
         increase = sum(known)
         if window is None:
-            signal_set.add(Signal(name=name, kind="counter", unit=unit, stats={"increase": increase},
-                                  unavailable="the records carry no time span for a rate",
-                                  source=f"{source}: Σ {field_name}"))  # fmt: skip
+            signal_set.add(
+                Signal(
+                    name=name,
+                    kind="counter",
+                    unit=unit,
+                    stats={"increase": increase},
+                    unavailable="the records carry no time span for a rate",
+                    source=f"{source}: Σ {field_name}",
+                )
+            )
             return
-        signal_set.add(Signal(name=name, kind="counter", unit=unit, stats={"rate": increase / window,
-                              "increase": increase}, source=f"{source}: Σ {field_name}", verify=VERIFY,
-                              window_seconds=window))  # fmt: skip
+        signal_set.add(
+            Signal(
+                name=name,
+                kind="counter",
+                unit=unit,
+                stats={"rate": increase / window, "increase": increase},
+                source=f"{source}: Σ {field_name}",
+                verify=VERIFY,
+                window_seconds=window,
+            )
+        )
 
-    add_counter("preemptions_per_second", "preemptions/s",
-                [_num(r, "inflightBatchingStats", "numPausedRequests") for r in records],
-                "inflightBatchingStats.numPausedRequests")  # fmt: skip
-    add_counter("requests_finished_per_second", "requests/s", [_num(r, "numCompletedRequests") for r in records],
-                "numCompletedRequests")  # fmt: skip
-    add_counter("prompt_tokens_per_second", "tokens/s",
-                [_num(r, "inflightBatchingStats", "numCtxTokens") for r in records],
-                "inflightBatchingStats.numCtxTokens")  # fmt: skip
+    add_counter(
+        "preemptions_per_second",
+        "preemptions/s",
+        [_num(r, "inflightBatchingStats", "numPausedRequests") for r in records],
+        "inflightBatchingStats.numPausedRequests",
+    )
+    add_counter(
+        "requests_finished_per_second",
+        "requests/s",
+        [_num(r, "numCompletedRequests") for r in records],
+        "numCompletedRequests",
+    )
+    add_counter(
+        "prompt_tokens_per_second",
+        "tokens/s",
+        [_num(r, "inflightBatchingStats", "numCtxTokens") for r in records],
+        "inflightBatchingStats.numCtxTokens",
+    )
     generated: list[float | None] = []
     for r in records:
         gen = _num(r, "inflightBatchingStats", "numGenRequests")
         per = _num(r, "inflightBatchingStats", "avgNumDecodedTokensPerIter")
         generated.append(None if gen is None else gen * max(1.0, per or 0.0))
-    add_counter("generation_tokens_per_second", "tokens/s", generated,
-                "inflightBatchingStats.numGenRequests × avgNumDecodedTokensPerIter")  # fmt: skip
+    add_counter(
+        "generation_tokens_per_second",
+        "tokens/s",
+        generated,
+        "inflightBatchingStats.numGenRequests × avgNumDecodedTokensPerIter",
+    )
 
     def add_histogram(name: str, pairs: list[tuple[float, float]], field_name: str, how: str) -> None:
         stats = _weighted_stats(pairs)
         if stats:
-            signal_set.add(Signal(name=name, kind="histogram", unit="seconds", stats=stats,
-                                  source=f"{source}: {field_name} ({how})", verify=VERIFY,
-                                  window_seconds=window))  # fmt: skip
+            signal_set.add(
+                Signal(
+                    name=name,
+                    kind="histogram",
+                    unit="seconds",
+                    stats=stats,
+                    source=f"{source}: {field_name} ({how})",
+                    verify=VERIFY,
+                    window_seconds=window,
+                )
+            )
         elif records and any(_num(r, *field_name.split(".")) is not None for r in records):
             signal_set.add(
                 Signal(
@@ -313,23 +375,45 @@ def signals_from_iteration_records(
             signal_set.add(Signal.missing(name, "histogram", "seconds", _why_missing(records, field_name)))
 
     latency = [(_num(r, "iterLatencyMS"), r) for r in records]
-    add_histogram("itl_seconds",
-                  [(ms / 1000.0, _num(r, "inflightBatchingStats", "numGenRequests") or 0.0)
-                   for ms, r in latency if ms is not None and ms > 0],
-                  "iterLatencyMS", "one token gap per generation request of each iteration")  # fmt: skip
-    add_histogram("iteration_seconds", [(ms / 1000.0, 1.0) for ms, _ in latency if ms is not None and ms > 0],
-                  "iterLatencyMS", "one per iteration")  # fmt: skip
-    add_histogram("queue_time_seconds",
-                  [(q / 1000.0, n) for r in records
-                   if (q := _num(r, "newActiveRequestsQueueLatencyMS")) is not None
-                   and (n := _num(r, "numNewActiveRequests"))],
-                  "newActiveRequestsQueueLatencyMS", "per newly activated request")  # fmt: skip
+    add_histogram(
+        "itl_seconds",
+        [
+            (ms / 1000.0, _num(r, "inflightBatchingStats", "numGenRequests") or 0.0)
+            for ms, r in latency
+            if ms is not None and ms > 0
+        ],
+        "iterLatencyMS",
+        "one token gap per generation request of each iteration",
+    )
+    add_histogram(
+        "iteration_seconds",
+        [(ms / 1000.0, 1.0) for ms, _ in latency if ms is not None and ms > 0],
+        "iterLatencyMS",
+        "one per iteration",
+    )
+    add_histogram(
+        "queue_time_seconds",
+        [
+            (q / 1000.0, n)
+            for r in records
+            if (q := _num(r, "newActiveRequestsQueueLatencyMS")) is not None and (n := _num(r, "numNewActiveRequests"))
+        ],
+        "newActiveRequestsQueueLatencyMS",
+        "per newly activated request",
+    )
 
     _add_policy_evidence(signal_set, records)
     missing, expected, stride = missing_records([int(r["iter"]) for r in records], previous_iter, stride)
     ratio = missing / expected if expected else 0.0
-    signal_set.add(Signal(name="iteration_records_missing_ratio", kind="derived", unit="ratio",
-                          stats={"value": ratio}, source=f"{source}: holes in 'iter' (stride {stride})"))  # fmt: skip
+    signal_set.add(
+        Signal(
+            name="iteration_records_missing_ratio",
+            kind="derived",
+            unit="ratio",
+            stats={"value": ratio},
+            source=f"{source}: holes in 'iter' (stride {stride})",
+        )
+    )
     if missing:
         signal_set.anomalies.append(
             f"{missing} of {expected} TensorRT-LLM iteration records missing (holes in 'iter'): another scraper is "
@@ -359,9 +443,16 @@ def _add_policy_evidence(signal_set: SignalSet, records: list[Record]) -> None:
         signal_set.add(Signal.missing(name, "derived", unit, "records lack the queue, active or paused counts"))
         return
     share = held / judged
-    signal_set.add(Signal(name=name, kind="derived", unit=unit, stats={"value": share},
-                          source=f"{JSON_SOURCE}: numQueuedRequests > 0, numActiveRequests < maxNumActiveRequests, "
-                          "no paused requests, numCtxTokens below maxNumTokensRuntime"))  # fmt: skip
+    signal_set.add(
+        Signal(
+            name=name,
+            kind="derived",
+            unit=unit,
+            stats={"value": share},
+            source=f"{JSON_SOURCE}: numQueuedRequests > 0, numActiveRequests < maxNumActiveRequests, "
+            "no paused requests, numCtxTokens below maxNumTokensRuntime",
+        )
+    )
     paused_any = (signal_set.get("preemptions_per_second") or Signal(name="", kind="counter", unit="")).stats.get(
         "increase", 0.0
     )
@@ -474,36 +565,68 @@ def finish_prometheus_signals(signal_set: SignalSet) -> None:
     kv = signal_set.get("kv_cache_usage_ratio")
     if kv is not None and kv.unavailable is not None and used is not None and total:
         peak = _stat(signal_set, "kv_cache_used_blocks", "max") or used
-        signal_set.add(Signal(name="kv_cache_usage_ratio", kind="gauge", unit="ratio",
-                              stats={"mean": used / total, "max": peak / total, "last": used / total,
-                                     "min": (_stat(signal_set, "kv_cache_used_blocks", "min") or 0.0) / total,
-                                     "p90": (_stat(signal_set, "kv_cache_used_blocks", "p90") or used) / total},
-                              source="derived: used / max KV blocks", window_seconds=window))  # fmt: skip
-    for name, gauge, unit in (("kv_cache_blocks", "kv_cache_max_blocks", "blocks"),
-                              ("kv_cache_block_size_tokens", "kv_cache_tokens_per_block", "tokens")):  # fmt: skip
+        signal_set.add(
+            Signal(
+                name="kv_cache_usage_ratio",
+                kind="gauge",
+                unit="ratio",
+                stats={
+                    "mean": used / total,
+                    "max": peak / total,
+                    "last": used / total,
+                    "min": (_stat(signal_set, "kv_cache_used_blocks", "min") or 0.0) / total,
+                    "p90": (_stat(signal_set, "kv_cache_used_blocks", "p90") or used) / total,
+                },
+                source="derived: used / max KV blocks",
+                window_seconds=window,
+            )
+        )
+    for name, gauge, unit in (
+        ("kv_cache_blocks", "kv_cache_max_blocks", "blocks"),
+        ("kv_cache_block_size_tokens", "kv_cache_tokens_per_block", "tokens"),
+    ):
         if signal_set.get(name) is None and signal_set.get(gauge) is not None:
             value = _stat(signal_set, gauge, "last")
             reason = f"{gauge} unavailable"
-            signal_set.add(Signal(name=name, kind="info", unit=unit, stats={"value": value} if value is not None
-                                  else {}, unavailable=None if value is not None else reason,
-                                  source=signal_set.signals[gauge].source))  # fmt: skip
+            signal_set.add(
+                Signal(
+                    name=name,
+                    kind="info",
+                    unit=unit,
+                    stats={"value": value} if value is not None else {},
+                    unavailable=None if value is not None else reason,
+                    source=signal_set.signals[gauge].source,
+                )
+            )
     iterations_per_second, how = None, ""
     counter = signal_set.get("iteration_counter")
     if counter is not None and counter.unavailable is None and window and len(counter.samples) >= 2:
         steps = counter.samples[-1][1] - counter.samples[0][1]
         if signal_set.get("engine_steps_per_second") is None:
-            signal_set.add(Signal(name="engine_steps_per_second", kind="counter", unit="steps/s",
-                                  stats={"rate": max(steps, 0.0) / window, "increase": max(steps, 0.0)},
-                                  source="derived: the increase of nv_trt_llm_general_metrics iteration_counter / "
-                                         "window", window_seconds=window))  # fmt: skip
+            signal_set.add(
+                Signal(
+                    name="engine_steps_per_second",
+                    kind="counter",
+                    unit="steps/s",
+                    stats={"rate": max(steps, 0.0) / window, "increase": max(steps, 0.0)},
+                    source="derived: the increase of nv_trt_llm_general_metrics iteration_counter / window",
+                    window_seconds=window,
+                )
+            )
         if steps > 0:
             iterations_per_second, how = steps / window, "the iteration counter's increase / window"
             if signal_set.get("itl_seconds") is None:
-                signal_set.add(Signal(name="itl_seconds", kind="histogram", unit="seconds",
-                                      stats={"mean": window / steps, "count": steps},
-                                      source="derived: window / iterations (nv_trt_llm_general_metrics "
-                                      "iteration_counter): the mean engine step, each a token per running request",
-                                      window_seconds=window))  # fmt: skip
+                signal_set.add(
+                    Signal(
+                        name="itl_seconds",
+                        kind="histogram",
+                        unit="seconds",
+                        stats={"mean": window / steps, "count": steps},
+                        source="derived: window / iterations (nv_trt_llm_general_metrics "
+                        "iteration_counter): the mean engine step, each a token per running request",
+                        window_seconds=window,
+                    )
+                )
     latency = _stat(signal_set, "iteration_latency_seconds", "mean")
     if iterations_per_second is None and latency:
         iterations_per_second, how = 1.0 / latency, "1 / mean trtllm_iteration_latency_seconds"
@@ -520,8 +643,11 @@ def finish_prometheus_signals(signal_set: SignalSet) -> None:
         return
     paused = _stat(signal_set, "requests_paused", "mean")
     if paused is None or iterations_per_second is None or not window:
-        why = ("no paused-requests gauge on this page" if paused is None
-               else "no iteration rate to scale the sampled paused-requests gauge by")  # fmt: skip
+        why = (
+            "no paused-requests gauge on this page"
+            if paused is None
+            else "no iteration rate to scale the sampled paused-requests gauge by"
+        )
         signal_set.add(Signal.missing("preemptions_per_second", "counter", "preemptions/s", why))
         return
     rate = paused * iterations_per_second
@@ -535,7 +661,6 @@ def finish_prometheus_signals(signal_set: SignalSet) -> None:
             source=f"estimated: mean sampled paused requests per iteration × iterations/s ({how})",
         )
     )
-    # fmt: skip
 
 
 def prometheus_companion(spec: ProbeSpec, connection: Connection) -> Source:

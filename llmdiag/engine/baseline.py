@@ -38,8 +38,9 @@ class Baseline:
 
     def describe(self) -> str:
         if self.checks < self.min_checks:
-            return (f"baseline: not enough history ({self.checks} of {self.min_checks} checks needed in "
-                    f"{self.days:g} days)")  # fmt: skip
+            return (
+                f"baseline: not enough history ({self.checks} of {self.min_checks} checks needed in {self.days:g} days)"
+            )
         return f"baseline: median of {self.checks} checks in {self.days:g} days"
 
 
@@ -51,8 +52,10 @@ def add_baseline_signals(signals: SignalSet, baseline: Baseline) -> None:
         source = f"history: median of {count} checks of '{baseline.target}' since {since}"
         verify = f"llmdiag history --target {baseline.target} --since {baseline.days:g}d"
         if median is None or count < baseline.min_checks:
-            reason = (f"not enough history: {count} past checks of '{baseline.target}' in {baseline.days:g} days "
-                      f"measured it, {baseline.min_checks} needed")  # fmt: skip
+            reason = (
+                f"not enough history: {count} past checks of '{baseline.target}' in {baseline.days:g} days "
+                f"measured it, {baseline.min_checks} needed"
+            )
             signals.add(Signal(name=name, kind="derived", unit=unit, unavailable=reason, source=source, verify=verify))
         else:
             signals.add(

@@ -380,14 +380,31 @@ def plan_capacity(
 
     per_step = users * (1 + p / o)
     resources = [
-        ResourceUse(resource="kv_memory", used=users * per_sequence * block_size_tokens, available=cap.tokens,
-                    unit="tokens", ratio=users * per_sequence / cap.blocks,
-                    detail=f"{users:,} × {per_sequence} blocks"),
-        ResourceUse(resource="max_num_seqs", used=users, available=seq_cap, unit="sequences", ratio=users / seq_cap,
-                    detail="batch slots"),
-        ResourceUse(resource="max_num_batched_tokens", used=per_step, available=budget, unit="tokens/step",
-                    ratio=per_step / budget, detail="decode + prompt tokens"),
-    ]  # fmt: skip
+        ResourceUse(
+            resource="kv_memory",
+            used=users * per_sequence * block_size_tokens,
+            available=cap.tokens,
+            unit="tokens",
+            ratio=users * per_sequence / cap.blocks,
+            detail=f"{users:,} × {per_sequence} blocks",
+        ),
+        ResourceUse(
+            resource="max_num_seqs",
+            used=users,
+            available=seq_cap,
+            unit="sequences",
+            ratio=users / seq_cap,
+            detail="batch slots",
+        ),
+        ResourceUse(
+            resource="max_num_batched_tokens",
+            used=per_step,
+            available=budget,
+            unit="tokens/step",
+            ratio=per_step / budget,
+            detail="decode + prompt tokens",
+        ),
+    ]
     for resource, seconds, what in (
         ("compute", step.compute_seconds, f"{step.flops / 1e12:.1f} TFLOP"),
         ("hbm_bandwidth", step.memory_seconds, f"{step.hbm_bytes_per_gpu / 1e9:.1f} GB per GPU"),
@@ -403,7 +420,7 @@ def plan_capacity(
                 unit="seconds per step",
                 ratio=share,
                 detail=what,
-            )  # fmt: skip
+            )
         )
 
     ttft = _ttft_burst(dep, users, served_cap, p, o, budget)
@@ -455,11 +472,21 @@ def plan_capacity(
     return CapacityReport(
         summary=summary,
         inputs=CapacityInputs(
-            gpu=gpu_spec.name, gpu_part=gpu_spec.part, model=model_spec.name, model_source=model_spec.source,
-            tp=tp, interconnect=dep.link.description, users=users, prompt_tokens=p, output_tokens=o,
-            gpu_memory_utilization=gpu_memory_utilization, block_size_tokens=block_size_tokens,
-            activation_reserve_bytes=activation_reserve_bytes, scheduler_overhead_seconds=scheduler_overhead_seconds,
-            max_num_seqs=seq_cap, max_num_batched_tokens=budget,
+            gpu=gpu_spec.name,
+            gpu_part=gpu_spec.part,
+            model=model_spec.name,
+            model_source=model_spec.source,
+            tp=tp,
+            interconnect=dep.link.description,
+            users=users,
+            prompt_tokens=p,
+            output_tokens=o,
+            gpu_memory_utilization=gpu_memory_utilization,
+            block_size_tokens=block_size_tokens,
+            activation_reserve_bytes=activation_reserve_bytes,
+            scheduler_overhead_seconds=scheduler_overhead_seconds,
+            max_num_seqs=seq_cap,
+            max_num_batched_tokens=budget,
             batch_caps_source="given" if given else f"vLLM default for {gpu_spec.name}",
         ),
         hardware=HardwareFacts(
@@ -470,18 +497,29 @@ def plan_capacity(
             allreduce_latency_seconds=dep.link.allreduce_latency_seconds,
         ),
         model=ModelFacts(
-            total_params=model_spec.total_params, active_params=model_spec.active_params,
-            weight_bytes=weight_bytes(model_spec), kv_bytes_per_token=kv_bytes_per_token(model_spec),
-            layers=model_spec.layers, hidden_size=model_spec.hidden_size,
-            attention_heads=model_spec.attention_heads, kv_heads=model_spec.kv_heads, head_dim=model_spec.head_dim,
-            experts=model_spec.experts, active_experts=model_spec.active_experts,
+            total_params=model_spec.total_params,
+            active_params=model_spec.active_params,
+            weight_bytes=weight_bytes(model_spec),
+            kv_bytes_per_token=kv_bytes_per_token(model_spec),
+            layers=model_spec.layers,
+            hidden_size=model_spec.hidden_size,
+            attention_heads=model_spec.attention_heads,
+            kv_heads=model_spec.kv_heads,
+            head_dim=model_spec.head_dim,
+            experts=model_spec.experts,
+            active_experts=model_spec.active_experts,
             max_context_tokens=model_spec.max_context_tokens,
         ),
         memory=MemoryReport(
-            usable_bytes_per_gpu=cap.usable_bytes_per_gpu, weight_bytes_per_gpu=cap.weight_bytes_per_gpu,
-            activation_reserve_bytes=cap.activation_reserve_bytes, kv_cache_bytes_per_gpu=cap.kv_cache_bytes_per_gpu,
-            kv_bytes_per_token_per_gpu=cap.kv_bytes_per_token_per_gpu, kv_blocks=cap.blocks,
-            kv_capacity_tokens=cap.tokens, context_tokens=context, blocks_per_sequence=per_sequence,
+            usable_bytes_per_gpu=cap.usable_bytes_per_gpu,
+            weight_bytes_per_gpu=cap.weight_bytes_per_gpu,
+            activation_reserve_bytes=cap.activation_reserve_bytes,
+            kv_cache_bytes_per_gpu=cap.kv_cache_bytes_per_gpu,
+            kv_bytes_per_token_per_gpu=cap.kv_bytes_per_token_per_gpu,
+            kv_blocks=cap.blocks,
+            kv_capacity_tokens=cap.tokens,
+            context_tokens=context,
+            blocks_per_sequence=per_sequence,
             kv_max_batch_sequences=kv_max,
         ),
         served_sequences=served,
@@ -496,12 +534,13 @@ def plan_capacity(
         ttft=ttft,
         seed=seed,
         notes=notes,
-    )  # fmt: skip
+    )
 
 
 def roofline_for_window(dep: Deployment, signals: SignalSet) -> Roofline | None:
     """Where the measured decode rate sits under the ceiling: mean batch (Little's law) at the mean context of
     a sequence halfway through its output. None when the window has no decoding to compare."""
+
     def value(name: str, stat: str) -> float | None:
         signal = signals.get(name)
         return None if signal is None else signal.stat(stat)

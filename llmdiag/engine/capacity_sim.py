@@ -102,12 +102,25 @@ def simulate_capacity(
         limited_by = None
         detail = f"no cap reached: every user is served (KV use up to {kv_max:.0%})"
 
-    analytical = report if users == i.users else plan_capacity(
-        gpu, model, i.tp, users, i.prompt_tokens, i.output_tokens, interconnect=interconnect,
-        gpu_memory_utilization=i.gpu_memory_utilization, max_num_seqs=i.max_num_seqs,
-        max_num_batched_tokens=i.max_num_batched_tokens, activation_reserve_bytes=i.activation_reserve_bytes,
-        scheduler_overhead_seconds=i.scheduler_overhead_seconds, block_size_tokens=i.block_size_tokens,
-    )  # fmt: skip
+    analytical = (
+        report
+        if users == i.users
+        else plan_capacity(
+            gpu,
+            model,
+            i.tp,
+            users,
+            i.prompt_tokens,
+            i.output_tokens,
+            interconnect=interconnect,
+            gpu_memory_utilization=i.gpu_memory_utilization,
+            max_num_seqs=i.max_num_seqs,
+            max_num_batched_tokens=i.max_num_batched_tokens,
+            activation_reserve_bytes=i.activation_reserve_bytes,
+            scheduler_overhead_seconds=i.scheduler_overhead_seconds,
+            block_size_tokens=i.block_size_tokens,
+        )
+    )
     ttfts = [t * server.config.time_scale for t in stats.ttft_seconds]
     return SimulatedCapacity(
         users=users,

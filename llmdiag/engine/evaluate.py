@@ -180,8 +180,10 @@ def _coverage(rules: tuple[RuleSpec, ...], outcomes: list[RuleOutcome], signals:
         if not ran:
             probes = {s.probe for s in signals.sources if s.ok}
             no_telemetry = category in NOT_EVALUATED_REASON and not probes & TELEMETRY_PROBES.get(category, probes)
-            reason = NOT_EVALUATED_REASON[category] if no_telemetry else (
-                f"all {len(mine)} rules skipped: {skipped[0].reason}" if skipped else "no rules for this class"
+            reason = (
+                NOT_EVALUATED_REASON[category]
+                if no_telemetry
+                else (f"all {len(mine)} rules skipped: {skipped[0].reason}" if skipped else "no rules for this class")
             )
         classes.append(
             ClassCoverage(
@@ -246,7 +248,8 @@ def _confidence(
         score = 0.85 if primary.severity is Severity.critical else 0.65
         same = [f for f in findings if f.category is primary.category]
         others = [
-            f for f in findings
+            f
+            for f in findings
             if f.category in BOTTLENECK_CATEGORIES
             and not f.advisory
             and f.category is not primary.category
@@ -282,8 +285,10 @@ def _summary(bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet
         duration = signals.window.duration_seconds or 0.0
         canaries = _lookup(signals, SignalRef(signal="client_requests_sent", stat="value"))[0]
         besides = f" besides this scan's {canaries:.0f} canary requests" if canaries else ""
-        return (f"Idle: no request ran, waited or produced a token in the {duration:.0f} s window{besides}; "
-                "nothing to diagnose.")  # fmt: skip
+        return (
+            f"Idle: no request ran, waited or produced a token in the {duration:.0f} s window{besides}; "
+            "nothing to diagnose."
+        )
     if bottleneck is Bottleneck.healthy and _from_logs(signals):
         return render_summary(
             "Healthy: {generation_tokens_per_second.rate:.0f} output tokens/s across "
@@ -299,13 +304,20 @@ def _summary(bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet
             ttft = "TTFT p50 {client_ttft_seconds.p50:.3f} s (llmdiag's canary requests)"
         itl = "inter-token latency p50 {itl_seconds.p50:.3f} s"
         if not _has(signals, "itl_seconds", "p50"):
-            itl = ("inter-token latency mean {itl_seconds.mean:.3f} s" if _has(signals, "itl_seconds", "mean")
-                   else "time per output token p50 {client_tpot_seconds.p50:.3f} s (llmdiag's canary requests)")
-        rate = ("{generation_tokens_per_second.rate:.0f} output tokens/s across {requests_running_avg.value:.1f} "
-                "running requests ({per_user_tokens_per_second.value:.0f} tokens/s each)")
+            itl = (
+                "inter-token latency mean {itl_seconds.mean:.3f} s"
+                if _has(signals, "itl_seconds", "mean")
+                else "time per output token p50 {client_tpot_seconds.p50:.3f} s (llmdiag's canary requests)"
+            )
+        rate = (
+            "{generation_tokens_per_second.rate:.0f} output tokens/s across {requests_running_avg.value:.1f} "
+            "running requests ({per_user_tokens_per_second.value:.0f} tokens/s each)"
+        )
         if not _has(signals, "generation_tokens_per_second", "rate"):  # TGI counts requests, not tokens
-            rate = ("{requests_finished_per_second.rate:.1f} requests/s finished, {requests_running_avg.value:.1f} "
-                    "running on average")
+            rate = (
+                "{requests_finished_per_second.rate:.1f} requests/s finished, {requests_running_avg.value:.1f} "
+                "running on average"
+            )
         return render_summary(
             f"Healthy: {rate}, {{requests_waiting_avg.value:.1f}} waiting on average; {ttft}, {itl}.", signals
         )
@@ -317,10 +329,13 @@ def _summary(bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet
     if waiting is not None and waiting >= QUEUE_FREE_BELOW:
         slots = ""
         if _has(signals, "batch_slots_in_use_ratio", "value"):
-            slots = render_summary(" with {requests_running.max:.0f} of {max_active_requests.last:.0f} slots busy "
-                                   "at peak", signals)  # fmt: skip
-        return (f"Unknown: {waiting:.1f} requests waiting on average{slots}, and no rule could say what holds them "
-                "back; missing " + "; ".join(reasons) + ".")  # fmt: skip
+            slots = render_summary(
+                " with {requests_running.max:.0f} of {max_active_requests.last:.0f} slots busy at peak", signals
+            )
+        return (
+            f"Unknown: {waiting:.1f} requests waiting on average{slots}, and no rule could say what holds them "
+            "back; missing " + "; ".join(reasons) + "."
+        )
     return "Unknown: too little evidence to judge; missing " + "; ".join(reasons) + "."
 
 
@@ -343,8 +358,13 @@ def _missing_core(signals: SignalSet) -> tuple[list[str], list[str]]:
         if client and _has(signals, client, "p50"):
             count = _lookup(signals, SignalRef(signal=client, stat="count"))[0] or 0
             what = "TTFT" if name == "ttft_seconds" else "time per output token"
-            why = "the server exposes none" if signal is None or "not exposed" in (signal.unavailable or "") or (
-                "no latency" in (signal.unavailable or "")) else f"the server's is unavailable: {signal.unavailable}"
+            why = (
+                "the server exposes none"
+                if signal is None
+                or "not exposed" in (signal.unavailable or "")
+                or ("no latency" in (signal.unavailable or ""))
+                else f"the server's is unavailable: {signal.unavailable}"
+            )
             notes.append(f"{what} from llmdiag's own canary requests ({count:.0f}, client side): {why}")
             continue
         waiting = _lookup(signals, SignalRef(signal="requests_waiting_avg", stat="value"))[0]
@@ -352,9 +372,11 @@ def _missing_core(signals: SignalSet) -> tuple[list[str], list[str]]:
         never_preempts = preempt is not None and preempt.unavailable is None and "by design" in preempt.source
         if name == "kv_cache_usage_ratio" and never_preempts and waiting is not None and waiting < QUEUE_FREE_BELOW:
             reason = signal.unavailable if signal is not None else "not collected"
-            notes.append(f"KV cache usage unavailable ({reason}); judged from the queue instead: this server never "
-                         f"preempts, so a full KV cache would keep requests waiting, and {waiting:.2f} waited on "
-                         "average")  # fmt: skip
+            notes.append(
+                f"KV cache usage unavailable ({reason}); judged from the queue instead: this server never "
+                f"preempts, so a full KV cache would keep requests waiting, and {waiting:.2f} waited on "
+                "average"
+            )
             continue
         missing.append(name)
     return missing, notes

@@ -63,5 +63,6 @@ def fix_view(finding: Finding, engine: str) -> FixView | None:
     # a verdict saved before engine_fixes existed carries only its own engine's flags
     own = finding.engine_fixes.get(engine, []) if finding.engine_fixes else finding.fixes[1:]
     others = [(ENGINE_TITLES[e], flags) for e, flags in finding.engine_fixes.items() if e != engine and flags]
-    return FixView(text=finding.fixes[0], engine=engine, title=ENGINE_TITLES.get(engine, engine), own=own,
-                   others=others)  # fmt: skip
+    return FixView(
+        text=finding.fixes[0], engine=engine, title=ENGINE_TITLES.get(engine, engine), own=own, others=others
+    )

@@ -108,8 +108,15 @@ def target_from_verdict(name: str, url: str, verdict: Verdict, keep_verdict: boo
 
 
 def target_from_error(name: str, url: str, message: str, hint: str = "") -> FleetTarget:
-    return FleetTarget(name=name, url=url, bottleneck=Bottleneck.unknown, state="UNKNOWN", error=message, hint=hint,
-                       summary=f"not judged: {message}")  # fmt: skip
+    return FleetTarget(
+        name=name,
+        url=url,
+        bottleneck=Bottleneck.unknown,
+        state="UNKNOWN",
+        error=message,
+        hint=hint,
+        summary=f"not judged: {message}",
+    )
 
 
 def _max_over_peers(values: dict[str, float]) -> tuple[str, float, bool]:
@@ -131,8 +138,15 @@ def _ratio_signal(name: str, values: dict[str, float], window: float | None) -> 
     source = f"fleet: {top}'s {what} / the upper median of the other {len(values) - 1} replicas'"
     if peers_zero:
         source += f" (the others are all 0: shown as {PEER_ZERO_RATIO:g})"
-    signal = Signal(name=name, kind="derived", unit=unit, stats={"value": round(ratio, 4)}, source=source,
-                    window_seconds=window, by_series=dict(values))  # fmt: skip
+    signal = Signal(
+        name=name,
+        kind="derived",
+        unit=unit,
+        stats={"value": round(ratio, 4)},
+        source=source,
+        window_seconds=window,
+        by_series=dict(values),
+    )
     return signal, top
 
 
@@ -140,8 +154,15 @@ def fleet_signal_set(targets: list[FleetTarget], window_seconds: float | None = 
     """The fleet-level signals, and which replica each ratio's extreme is (signal name → replica)."""
     judged = [t for t in targets if t.error is None]
     signals = SignalSet()
-    signals.add(Signal(name="fleet_replicas_judged", kind="derived", unit="count",
-                       stats={"value": float(len(judged))}, source="fleet: replicas with a verdict"))  # fmt: skip
+    signals.add(
+        Signal(
+            name="fleet_replicas_judged",
+            kind="derived",
+            unit="count",
+            stats={"value": float(len(judged))},
+            source="fleet: replicas with a verdict",
+        )
+    )
     extremes: dict[str, str] = {}
 
     def per_replica(attribute: str) -> dict[str, float]:
@@ -155,9 +176,11 @@ def fleet_signal_set(targets: list[FleetTarget], window_seconds: float | None = 
     rates = per_replica("request_rate_per_second")
     in_system = per_replica("requests_in_system_mean")
     ttft = per_replica("ttft_p90_seconds")
-    for name, values in (("replica_request_rate_max_over_peers_ratio", rates),
-                         ("replica_requests_in_system_max_over_peers_ratio", in_system),
-                         ("replica_ttft_p90_max_over_peers_ratio", ttft)):  # fmt: skip
+    for name, values in (
+        ("replica_request_rate_max_over_peers_ratio", rates),
+        ("replica_requests_in_system_max_over_peers_ratio", in_system),
+        ("replica_ttft_p90_max_over_peers_ratio", ttft),
+    ):
         signal, top = _ratio_signal(name, values, window_seconds)
         signals.add(signal)
         if top is not None:
@@ -171,21 +194,44 @@ def fleet_signal_set(targets: list[FleetTarget], window_seconds: float | None = 
         peers = [v for k, v in ordered.items() if k != busiest]
         median = statistics.median_high(peers)
         ratio = ordered[busiest] / median if median > 0 else (PEER_ZERO_RATIO if ordered[busiest] > 0 else 1.0)
-        signals.add(Signal(name=name, kind="derived", unit="ratio", stats={"value": round(min(ratio, MAX_RATIO), 4)},
-                           source=f"fleet: {busiest}'s mean requests running + waiting / the upper median of the "
-                                  f"other {len(peers)} replicas'", window_seconds=window_seconds,
-                           by_series=dict(in_system)))  # fmt: skip
+        signals.add(
+            Signal(
+                name=name,
+                kind="derived",
+                unit="ratio",
+                stats={"value": round(min(ratio, MAX_RATIO), 4)},
+                source=f"fleet: {busiest}'s mean requests running + waiting / the upper median of the "
+                f"other {len(peers)} replicas'",
+                window_seconds=window_seconds,
+                by_series=dict(in_system),
+            )
+        )
         extremes[name] = busiest
     else:
-        signals.add(Signal.missing(name, "derived", "ratio", "running + waiting not known for the busiest replica "
-                                   "and a peer", source="fleet"))  # fmt: skip
+        signals.add(
+            Signal.missing(
+                name,
+                "derived",
+                "ratio",
+                "running + waiting not known for the busiest replica and a peer",
+                source="fleet",
+            )
+        )
     for name, values in (("replica_request_rate_max_per_second", rates), ("replica_ttft_p90_max_seconds", ttft)):
         unit, what = FLEET_SIGNALS[name]
         if values:
             top = max(sorted(values), key=lambda k: values[k])
-            signals.add(Signal(name=name, kind="derived", unit=unit, stats={"value": values[top]},
-                               source=f"fleet: {top}'s {what}", window_seconds=window_seconds,
-                               by_series=dict(values)))  # fmt: skip
+            signals.add(
+                Signal(
+                    name=name,
+                    kind="derived",
+                    unit=unit,
+                    stats={"value": values[top]},
+                    source=f"fleet: {top}'s {what}",
+                    window_seconds=window_seconds,
+                    by_series=dict(values),
+                )
+            )
             extremes[name] = top
         else:
             signals.add(Signal.missing(name, "derived", unit, f"no replica exposes its {what}", source="fleet"))
@@ -199,8 +245,7 @@ def _order_key(target: FleetTarget, flagged: dict[str, int]) -> tuple:
     if target.verdict is not None and target.verdict.findings:
         margin = max(f.margin for f in target.verdict.findings)
     ttft = target.numbers.ttft_p90_seconds or 0.0
-    return (-rank, -(target.worst_severity.rank if target.worst_severity else 0), -margin, -ttft,
-            target.name)  # fmt: skip
+    return (-rank, -(target.worst_severity.rank if target.worst_severity else 0), -margin, -ttft, target.name)
 
 
 def build_fleet(
@@ -214,8 +259,12 @@ def build_fleet(
     settings = settings or Settings()
     targets = list(targets)
     signals, extremes = fleet_signal_set(targets, window_seconds)
-    report = FleetReport(tool_version=__version__, source=source, window_seconds=window_seconds,
-                         at_unix=at_unix if at_unix is not None else time.time())  # fmt: skip
+    report = FleetReport(
+        tool_version=__version__,
+        source=source,
+        window_seconds=window_seconds,
+        at_unix=at_unix if at_unix is not None else time.time(),
+    )
     counts = Counter(t.bottleneck.value for t in targets)
     report.class_counts = {b.value: counts[b.value] for b in Bottleneck if counts[b.value]}
     for rule in (r for r in load_rules() if r.scope == "fleet"):
@@ -228,8 +277,9 @@ def build_fleet(
         compared = signals.signals[ladder]
         values = compared.by_series
         finding.summary = f"{replica}: {finding.summary}" if replica else finding.summary
-        report.imbalance.append(FleetFinding(finding=finding, replica=replica, values=values,
-                                             compared=FLEET_SIGNALS[ladder][1]))  # fmt: skip
+        report.imbalance.append(
+            FleetFinding(finding=finding, replica=replica, values=values, compared=FLEET_SIGNALS[ladder][1])
+        )
         for t in targets:
             if t.name == replica:
                 t.flagged_by.append(rule.code)
@@ -241,8 +291,10 @@ def build_fleet(
     report.fleet_signals = signals.signals
     failed = [t for t in targets if t.error is not None]
     if failed:
-        report.notes.append(f"{len(failed)} of {len(targets)} target(s) could not be judged and are left out of the "
-                            f"comparisons: {', '.join(t.name for t in failed)}")  # fmt: skip
+        report.notes.append(
+            f"{len(failed)} of {len(targets)} target(s) could not be judged and are left out of the "
+            f"comparisons: {', '.join(t.name for t in failed)}"
+        )
     return report
 
 
@@ -271,9 +323,15 @@ def build_timeline(steps: Iterable[FleetStep], step_seconds: float | None = None
             now = step.classes[replica]
             if replica in last and last[replica][1] is not now:
                 before_at, before = last[replica]
-                timeline.transitions.append(Transition(replica=replica, at_unix=step.at_unix,
-                                                       previous_at_unix=before_at, from_class=before,
-                                                       to_class=now))  # fmt: skip
+                timeline.transitions.append(
+                    Transition(
+                        replica=replica,
+                        at_unix=step.at_unix,
+                        previous_at_unix=before_at,
+                        from_class=before,
+                        to_class=now,
+                    )
+                )
             last[replica] = (step.at_unix, now)
     went = [t for t in timeline.transitions if t.from_class in GOOD_CLASSES and t.to_class in BAD_CLASSES]
     if went:
@@ -284,15 +342,23 @@ def build_timeline(steps: Iterable[FleetStep], step_seconds: float | None = None
     else:
         bad_from_start = sorted(r for r, c in (ordered[0].classes.items() if ordered else []) if c in BAD_CLASSES)
         if bad_from_start:
-            timeline.notes.append(f"already in a bottleneck class at the first step: {', '.join(bad_from_start)}; "
-                                  "start earlier to see who went first")  # fmt: skip
+            timeline.notes.append(
+                f"already in a bottleneck class at the first step: {', '.join(bad_from_start)}; "
+                "start earlier to see who went first"
+            )
     previous: tuple[float, Bottleneck] | None = None
     for step in ordered:
         fleet = majority_class(step.classes)
         if previous is not None and previous[1] is not fleet:
-            timeline.fleet_transitions.append(Transition(replica="fleet", at_unix=step.at_unix,
-                                                         previous_at_unix=previous[0], from_class=previous[1],
-                                                         to_class=fleet))  # fmt: skip
+            timeline.fleet_transitions.append(
+                Transition(
+                    replica="fleet",
+                    at_unix=step.at_unix,
+                    previous_at_unix=previous[0],
+                    from_class=previous[1],
+                    to_class=fleet,
+                )
+            )
         previous = (step.at_unix, fleet)
     missing = [s.at_unix for s in ordered if not s.classes]
     if missing:
@@ -300,7 +366,13 @@ def build_timeline(steps: Iterable[FleetStep], step_seconds: float | None = None
     return timeline
 
 
-def timeline_from_verdicts(per_step: Iterable[tuple[float, dict[str, Verdict]]],
-                           step_seconds: float | None = None) -> FleetTimeline:  # fmt: skip
-    return build_timeline([FleetStep(at_unix=at, classes={name: v.bottleneck for name, v in verdicts.items()})
-                           for at, verdicts in per_step], step_seconds)  # fmt: skip
+def timeline_from_verdicts(
+    per_step: Iterable[tuple[float, dict[str, Verdict]]], step_seconds: float | None = None
+) -> FleetTimeline:
+    return build_timeline(
+        [
+            FleetStep(at_unix=at, classes={name: v.bottleneck for name, v in verdicts.items()})
+            for at, verdicts in per_step
+        ],
+        step_seconds,
+    )

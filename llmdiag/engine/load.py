@@ -149,8 +149,10 @@ def find_knee(points: Sequence[LoadPoint], slo_given: bool) -> Knee | None:
         finished = point.requests_completed + sum(point.errors.values())
         reason = None
         if base and speed is not None and speed < KNEE_SPEED_RATIO * base:
-            reason = (f"per-user speed p50 {speed:.1f} tokens/s (wait included) is under half the {base:.1f} "
-                      f"tokens/s of the lightest load")  # fmt: skip
+            reason = (
+                f"per-user speed p50 {speed:.1f} tokens/s (wait included) is under half the {base:.1f} "
+                f"tokens/s of the lightest load"
+            )
         elif finished and sum(point.errors.values()) / finished > KNEE_ERROR_RATIO:
             reason = f"{sum(point.errors.values())} of {finished} requests failed"
         elif slo_given and point.goodput_ratio is not None and point.goodput_ratio < KNEE_GOODPUT_RATIO:

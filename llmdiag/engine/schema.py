@@ -152,8 +152,13 @@ class ProbeSpec(_Strict):
 CODE_RE = re.compile(r"^(MEM|CMP|SCH|NET|SAN|REG)\d{3}$")
 SLUG_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 CODE_PREFIX = {
-    "MEM": "memory", "CMP": "compute", "SCH": "scheduling", "NET": "network", "SAN": "sanity", "REG": "regression",
-}  # fmt: skip
+    "MEM": "memory",
+    "CMP": "compute",
+    "SCH": "scheduling",
+    "NET": "network",
+    "SAN": "sanity",
+    "REG": "regression",
+}
 
 
 class SignalRef(_Strict):
@@ -283,9 +288,17 @@ class RuleSpec(_Strict):
 # collectives (probes/collectives.toml): which trace kernels and CPU ops are communication
 
 COLLECTIVE_TYPES = (
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv", "gather",
-    "scatter", "barrier",
-)  # fmt: skip
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "send_recv",
+    "gather",
+    "scatter",
+    "barrier",
+)
 
 
 class KernelPattern(_Strict):

@@ -222,19 +222,31 @@ def _simulated(report: CapacityReport) -> RenderableType:
         f"{sim.users:,} users{capped}, outputs {report.inputs.output_tokens} ± {sim.output_spread:.0%}; measured "
         f"after a {_seconds(sim.warmup_seconds)} warm-up; {sim.requests_completed:,} requests completed",
     )
-    table.add_row("mean batch", f"{sim.mean_batch_sequences:,.0f}",
-                  f"estimate {report.served_sequences:,}; max {sim.max_batch_sequences:,}, "
-                  f"{sim.mean_waiting:,.0f} waiting on average")  # fmt: skip
+    table.add_row(
+        "mean batch",
+        f"{sim.mean_batch_sequences:,.0f}",
+        f"estimate {report.served_sequences:,}; max {sim.max_batch_sequences:,}, "
+        f"{sim.mean_waiting:,.0f} waiting on average",
+    )
     ratio = sim.total_tokens_per_second / sim.analytical_total_tokens_per_second
-    table.add_row("tok/s total", _rate(sim.total_tokens_per_second),
-                  f"estimate {_rate(sim.analytical_total_tokens_per_second)} ({ratio:.2f} ×)")  # fmt: skip
-    table.add_row("tok/s each", _rate(sim.per_user_tokens_per_second),
-                  f"estimate {_rate(model.per_user_tokens_per_second)}; "
-                  f"{_rate(sim.mean_per_user_tokens_per_second)} averaged over all users")  # fmt: skip
+    table.add_row(
+        "tok/s total",
+        _rate(sim.total_tokens_per_second),
+        f"estimate {_rate(sim.analytical_total_tokens_per_second)} ({ratio:.2f} ×)",
+    )
+    table.add_row(
+        "tok/s each",
+        _rate(sim.per_user_tokens_per_second),
+        f"estimate {_rate(model.per_user_tokens_per_second)}; "
+        f"{_rate(sim.mean_per_user_tokens_per_second)} averaged over all users",
+    )
     if sim.ttft_p50_seconds is not None and sim.ttft_p90_seconds is not None:
-        table.add_row("TTFT", f"p50 {_seconds(sim.ttft_p50_seconds)} · p90 {_seconds(sim.ttft_p90_seconds)}",
-                      f"{sim.ttft_samples:,} requests, the arrival burst included; estimate for the burst: "
-                      f"p50 {_seconds(report.ttft.p50_seconds)} · p90 {_seconds(report.ttft.p90_seconds)}")  # fmt: skip
+        table.add_row(
+            "TTFT",
+            f"p50 {_seconds(sim.ttft_p50_seconds)} · p90 {_seconds(sim.ttft_p90_seconds)}",
+            f"{sim.ttft_samples:,} requests, the arrival burst included; estimate for the burst: "
+            f"p50 {_seconds(report.ttft.p50_seconds)} · p90 {_seconds(report.ttft.p90_seconds)}",
+        )
     table.add_row("KV use", f"{sim.kv_usage_mean:.0%}", f"max {sim.kv_usage_max:.0%}; {sim.preemptions:,} preemptions")
     table.add_row("caps", LABEL[sim.limited_by] if sim.limited_by else "nothing", sim.limited_detail)
     if sim.lag_seconds > 0.05 * sim.wall_seconds:

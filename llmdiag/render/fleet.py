@@ -33,9 +33,19 @@ def _counts(report: FleetReport) -> Text:
 
 def _table(report: FleetReport) -> Table:
     table = Table(box=None, header_style="bold", padding=(0, 1), pad_edge=False)
-    for title, justify in (("replica", "left"), ("class", "left"), ("conf", "right"), ("state", "left"),
-                           ("req/s", "right"), ("running", "right"), ("waiting", "right"), ("KV max", "right"),
-                           ("TTFT p90", "right"), ("out tok/s", "right"), ("why", "left")):  # fmt: skip
+    for title, justify in (
+        ("replica", "left"),
+        ("class", "left"),
+        ("conf", "right"),
+        ("state", "left"),
+        ("req/s", "right"),
+        ("running", "right"),
+        ("waiting", "right"),
+        ("KV max", "right"),
+        ("TTFT p90", "right"),
+        ("out tok/s", "right"),
+        ("why", "left"),
+    ):
         table.add_column(title, justify=justify, no_wrap=title != "why")  # type: ignore[arg-type]
     for t in report.targets:
         n = t.numbers
@@ -70,8 +80,9 @@ def _imbalance(report: FleetReport) -> RenderableType:
         head.append(f" {f.code} {f.title}  ", style="bold")
         head.append(f"[{f.slug}]", style="dim")
         unit = "seconds" if "TTFT" in item.compared else "requests/s" if "requests/s" in item.compared else "requests"
-        values = ", ".join(f"{name} {format_value(v, unit)}" for name, v in
-                           sorted(item.values.items(), key=lambda kv: -kv[1]))  # fmt: skip
+        values = ", ".join(
+            f"{name} {format_value(v, unit)}" for name, v in sorted(item.values.items(), key=lambda kv: -kv[1])
+        )
         body = Text(f"  {f.summary}\n  {item.compared} per replica: {values}\n")
         for e in f.evidence[1:]:
             if e.signal.endswith("_over_peers_ratio"):
@@ -88,8 +99,15 @@ def _imbalance(report: FleetReport) -> RenderableType:
 
 
 # one letter per class in the terminal's strip (its colour is the class's); no data is a dim dot, never healthy
-CLASS_LETTER = {Bottleneck.memory: "M", Bottleneck.compute: "C", Bottleneck.scheduling: "S", Bottleneck.network: "N",
-                Bottleneck.healthy: "h", Bottleneck.idle: "i", Bottleneck.unknown: "?"}  # fmt: skip
+CLASS_LETTER = {
+    Bottleneck.memory: "M",
+    Bottleneck.compute: "C",
+    Bottleneck.scheduling: "S",
+    Bottleneck.network: "N",
+    Bottleneck.healthy: "h",
+    Bottleneck.idle: "i",
+    Bottleneck.unknown: "?",
+}
 MAX_STRIP_COLUMNS = 72
 
 
@@ -131,8 +149,10 @@ def render_timeline(timeline: FleetTimeline, order: list[str] | None = None) -> 
     lines.append_text(timeline_strip(timeline, order))
     if timeline.first_to_go:
         cls = timeline.first_to_go_class.value if timeline.first_to_go_class else "?"
-        lines.append(f"  first to go: {', '.join(timeline.first_to_go)} → {cls} at "
-                     f"{when(timeline.first_to_go_at_unix)}\n", style="bold")  # fmt: skip
+        lines.append(
+            f"  first to go: {', '.join(timeline.first_to_go)} → {cls} at {when(timeline.first_to_go_at_unix)}\n",
+            style="bold",
+        )
     else:
         lines.append("  no replica went from healthy/idle to a bottleneck class in these steps\n", style="dim")
     for t in timeline.fleet_transitions:

@@ -59,9 +59,11 @@ def heat_strip(report: FleetReport) -> Strip:
     timeline = report.timeline
     if timeline is not None and timeline.steps:
         steps = timeline.steps[:: max(1, -(-len(timeline.steps) // MAX_CELLS))]
-        strip = Strip(caption=f"class of each replica at each of {len(steps)} steps"
-                      + (f" ({timeline.step_seconds:g} s apart)" if timeline.step_seconds else ""),
-                      columns=len(steps))  # fmt: skip
+        strip = Strip(
+            caption=f"class of each replica at each of {len(steps)} steps"
+            + (f" ({timeline.step_seconds:g} s apart)" if timeline.step_seconds else ""),
+            columns=len(steps),
+        )
         seen = sorted({n for s in steps for n in s.classes} | set(names), key=lambda n: (n not in names, n))
         ordered = [n for n in names if n in seen] + [n for n in seen if n not in names]
         for name in ordered:
@@ -85,39 +87,62 @@ def heat_strip(report: FleetReport) -> Strip:
         return Strip(caption="no replica recorded per-scrape waiting requests")
     peak = max(v for t in sampled for _, v in t.waiting_samples)
     columns = max(len(t.waiting_samples) for t in sampled)
-    strip = Strip(caption=f"requests waiting at each scrape, darker = more (the fleet's highest: {peak:g}); "
-                  "one row per replica, its class colour", columns=columns)  # fmt: skip
+    strip = Strip(
+        caption=f"requests waiting at each scrape, darker = more (the fleet's highest: {peak:g}); "
+        "one row per replica, its class colour",
+        columns=columns,
+    )
     for t in report.targets:
         color = CLASS_COLORS[t.bottleneck]
         cells = []
         for at, waiting in t.waiting_samples:
             share = waiting / peak if peak > 0 else 0.0
             alpha = round(0.08 + 0.92 * share, 3)
-            cells.append(Cell(t.bottleneck.value, _tint(color, alpha),
-                              f"{t.name} at {_clock(at)}: {waiting:g} waiting"))  # fmt: skip
+            cells.append(
+                Cell(t.bottleneck.value, _tint(color, alpha), f"{t.name} at {_clock(at)}: {waiting:g} waiting")
+            )
         if not cells:
             reason = t.error or "no per-scrape samples"
             cells = [Cell("none", NO_DATA_COLOR, f"{t.name}: {UNAVAILABLE} ({reason})")]
         strip.rows.append({"name": t.name, "cells": cells})
     longest = max(sampled, key=lambda t: len(t.waiting_samples))
     origin = longest.waiting_samples[0][0]
-    strip.axis = [f"+{at - origin:.0f} s" if i % max(1, columns // 6) == 0 else ""
-                  for i, (at, _) in enumerate(longest.waiting_samples)]  # fmt: skip
-    strip.legend = [(f"{b.value} (shade: waiting)", CLASS_COLORS[b]) for b in Bottleneck
-                    if any(t.bottleneck is b for t in report.targets)]  # fmt: skip
+    strip.axis = [
+        f"+{at - origin:.0f} s" if i % max(1, columns // 6) == 0 else ""
+        for i, (at, _) in enumerate(longest.waiting_samples)
+    ]
+    strip.legend = [
+        (f"{b.value} (shade: waiting)", CLASS_COLORS[b])
+        for b in Bottleneck
+        if any(t.bottleneck is b for t in report.targets)
+    ]
     strip.legend.append(("no data", NO_DATA_COLOR))
     return strip
 
 
 def render_fleet_html(report: FleetReport) -> str:
     env = _environment()
-    env.filters["when"] = lambda unix: UNAVAILABLE if unix is None else datetime.fromtimestamp(
-        unix, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")  # fmt: skip
+    env.filters["when"] = lambda unix: (
+        UNAVAILABLE if unix is None else datetime.fromtimestamp(unix, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    )
     css = _inline(_asset("report.css") + "\n" + _asset("fleet.css"), "</style")
-    csp = "; ".join(["default-src 'none'", "script-src 'none'", "style-src 'unsafe-inline'", "img-src data:",
-                     "base-uri 'none'", "form-action 'none'"])  # fmt: skip
+    csp = "; ".join(
+        [
+            "default-src 'none'",
+            "script-src 'none'",
+            "style-src 'unsafe-inline'",
+            "img-src data:",
+            "base-uri 'none'",
+            "form-action 'none'",
+        ]
+    )
     counts = ", ".join(f"{n} {name}" for name, n in report.class_counts.items())
     return env.get_template("fleet.html.j2").render(
-        title=f"llmdiag fleet report: {len(report.targets)} replicas ({counts})", csp=csp, css=css, report=report,
-        strip=heat_strip(report), class_colors={b.value: c for b, c in CLASS_COLORS.items()}, unavailable=UNAVAILABLE,
-    )  # fmt: skip
+        title=f"llmdiag fleet report: {len(report.targets)} replicas ({counts})",
+        csp=csp,
+        css=css,
+        report=report,
+        strip=heat_strip(report),
+        class_colors={b.value: c for b, c in CLASS_COLORS.items()},
+        unavailable=UNAVAILABLE,
+    )

@@ -54,10 +54,15 @@ def render_history(rows: list[CheckRow], since: str, limit: int, path: str) -> R
             running = UNAVAILABLE if r.requests_running_mean is None else f"{r.requests_running_mean:.1f}"
             findings = r.findings or ("" if r.error is None else f"error: {r.error}")
             table.add_row(
-                when, Text(r.state, style=STATE_STYLE.get(r.state, "")), r.bottleneck or "not diagnosed",
-                _seconds(r.ttft_p95_seconds), _seconds(r.tpot_p95_seconds), _rate(r.generation_tokens_per_second),
-                running, findings,
-            )  # fmt: skip
+                when,
+                Text(r.state, style=STATE_STYLE.get(r.state, "")),
+                r.bottleneck or "not diagnosed",
+                _seconds(r.ttft_p95_seconds),
+                _seconds(r.tpot_p95_seconds),
+                _rate(r.generation_tokens_per_second),
+                running,
+                findings,
+            )
         parts.append(table)
         parts.append(Text(""))
     return Group(*parts)

@@ -107,29 +107,65 @@ class Chart:
         # JSON has no NaN or Infinity: a value that is not finite is a gap, never a number
         series = [{**s, "values": [_finite(v) for v in s["values"]]} for s in self.series]
         return {
-            "id": self.id, "kind": self.kind, "x": self.x, "series": series, "x_labels": self.x_labels,
-            "x_label": self.x_label, "y_label": self.y_label, "x_log": self.x_log, "marker_x": self.marker_x,
+            "id": self.id,
+            "kind": self.kind,
+            "x": self.x,
+            "series": series,
+            "x_labels": self.x_labels,
+            "x_label": self.x_label,
+            "y_label": self.y_label,
+            "x_log": self.x_log,
+            "marker_x": self.marker_x,
             "y_max": self.y_max,
-        }  # fmt: skip
+        }
 
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf"]
 
 # (chart id, title, y label, scale from the signal's unit, [(signal, series label)])
 TIME_CHARTS: list[tuple[str, str, str, float, list[tuple[str, str]]]] = [
-    ("requests", "Requests running and waiting", "requests", 1.0,
-     [("requests_running", "running"), ("requests_waiting", "waiting")]),
-    ("kv", "KV-cache usage", "% of the KV cache", 100.0,
-     [("kv_cache_usage_ratio", "GPU KV cache"), ("cpu_kv_cache_usage_ratio", "CPU KV cache")]),
+    (
+        "requests",
+        "Requests running and waiting",
+        "requests",
+        1.0,
+        [("requests_running", "running"), ("requests_waiting", "waiting")],
+    ),
+    (
+        "kv",
+        "KV-cache usage",
+        "% of the KV cache",
+        100.0,
+        [("kv_cache_usage_ratio", "GPU KV cache"), ("cpu_kv_cache_usage_ratio", "CPU KV cache")],
+    ),
     ("preemptions", "Preemptions", "preemptions/s", 1.0, [("preemptions_per_second", "preemptions/s")]),
-    ("tokens", "Token rates", "tokens/s", 1.0,
-     [("generation_tokens_per_second", "output (generation)"), ("prompt_tokens_per_second", "prompt (prefill)")]),
-    ("gpu_util", "GPU utilisation", "% busy", 100.0,
-     [("gpu_utilization_ratio", "GPU utilisation"), ("sm_active_ratio", "SM active"),
-      ("tensor_active_ratio", "tensor active"), ("dram_active_ratio", "DRAM active")]),
-    ("gpu_memory", "GPU memory", "GiB", 1.0 / 2**30,
-     [("gpu_memory_used_bytes", "used"), ("gpu_memory_total_bytes", "total")]),
-]  # fmt: skip
+    (
+        "tokens",
+        "Token rates",
+        "tokens/s",
+        1.0,
+        [("generation_tokens_per_second", "output (generation)"), ("prompt_tokens_per_second", "prompt (prefill)")],
+    ),
+    (
+        "gpu_util",
+        "GPU utilisation",
+        "% busy",
+        100.0,
+        [
+            ("gpu_utilization_ratio", "GPU utilisation"),
+            ("sm_active_ratio", "SM active"),
+            ("tensor_active_ratio", "tensor active"),
+            ("dram_active_ratio", "DRAM active"),
+        ],
+    ),
+    (
+        "gpu_memory",
+        "GPU memory",
+        "GiB",
+        1.0 / 2**30,
+        [("gpu_memory_used_bytes", "used"), ("gpu_memory_total_bytes", "total")],
+    ),
+]
 
 DISTRIBUTIONS = [("ttft", "Time to first token", "ttft_seconds"), ("itl", "Inter-token latency", "itl_seconds")]
 
@@ -147,8 +183,9 @@ def _why_missing(signal: Signal | None, name: str, scrapes: int = 0) -> str:
     return f"{name}: no per-scrape samples recorded"
 
 
-def _time_chart(verdict: Verdict, chart_id: str, title: str, y_label: str, scale: float,
-                wanted: list[tuple[str, str]]) -> Chart:  # fmt: skip
+def _time_chart(
+    verdict: Verdict, chart_id: str, title: str, y_label: str, scale: float, wanted: list[tuple[str, str]]
+) -> Chart:
     chart = Chart(chart_id, title, y_label, kind="time", x_label="seconds into the window")
     present: list[tuple[str, dict[float, float]]] = []
     for name, label in wanted:
@@ -207,8 +244,9 @@ def _distribution(verdict: Verdict, chart_id: str, title: str, name: str) -> Cha
     low, high = max(0, used[0] - 1), min(len(shares) - 1, used[-1] + 1)
     chart.x = list(range(high - low + 1))
     chart.x_labels = labels[low : high + 1]
-    chart.series = [{"label": "share of observations", "values": [round(v, 3) for v in shares[low : high + 1]],
-                     "color": COLORS[0]}]  # fmt: skip
+    chart.series = [
+        {"label": "share of observations", "values": [round(v, 3) for v in shares[low : high + 1]], "color": COLORS[0]}
+    ]
     quantiles = [f"{key} {format_value(signal.stat(key), signal.unit)}" for key in ("p50", "p90", "p99")]
     chart.caption = f"{count:,.0f} observations in the window; " + ", ".join(quantiles)
     return chart
@@ -232,8 +270,15 @@ def _level(point: LoadPoint) -> float | None:
     return float(point.users) if point.users is not None else point.rate_per_second
 
 
-def _sweep_chart(report: LoadReport, chart_id: str, title: str, y_label: str,
-                 wanted: list[tuple[str, Any]], scale: float = 1.0, why_none: str = "") -> Chart:  # fmt: skip
+def _sweep_chart(
+    report: LoadReport,
+    chart_id: str,
+    title: str,
+    y_label: str,
+    wanted: list[tuple[str, Any]],
+    scale: float = 1.0,
+    why_none: str = "",
+) -> Chart:
     closed = report.mode == "closed"
     chart = Chart(chart_id, title, y_label, kind="sweep", x_label="users" if closed else "requests/s")
     points = [p for p in report.points if _level(p) is not None]
@@ -243,8 +288,13 @@ def _sweep_chart(report: LoadReport, chart_id: str, title: str, y_label: str,
         if all(v is None for v in values):
             chart.missing.append(f"{label}: {why_none or 'not measured at any level'}")
             continue
-        chart.series.append({"label": label, "values": [None if v is None else v * scale for v in values],
-                             "color": COLORS[index % len(COLORS)]})  # fmt: skip
+        chart.series.append(
+            {
+                "label": label,
+                "values": [None if v is None else v * scale for v in values],
+                "color": COLORS[index % len(COLORS)],
+            }
+        )
     if not chart.series:
         chart.unavailable = "; ".join(chart.missing) or "no load levels"
         chart.missing = []
@@ -266,24 +316,61 @@ def _pct(field_name: str, key: str):
 
 
 def sweep_charts(report: LoadReport) -> list[Chart]:
-    no_slo = "no --slo-ttft or --slo-tpot given" if report.slo_ttft_seconds is None and report.slo_tpot_seconds \
-        is None else ""  # fmt: skip
+    no_slo = (
+        "no --slo-ttft or --slo-tpot given"
+        if report.slo_ttft_seconds is None and report.slo_tpot_seconds is None
+        else ""
+    )
     return [
-        _sweep_chart(report, "sweep_ttft", "Time to first token", "ms",
-                     [(f"TTFT {k}", _pct("ttft_seconds", k)) for k in ("p50", "p90", "p99")], 1000.0),
-        _sweep_chart(report, "sweep_itl", "Inter-token latency and time per output token", "ms",
-                     [("ITL p50", _pct("itl_seconds", "p50")), ("ITL p99", _pct("itl_seconds", "p99")),
-                      ("TPOT p50", _pct("tpot_seconds", "p50")), ("TPOT p99", _pct("tpot_seconds", "p99"))], 1000.0),
-        _sweep_chart(report, "sweep_total", "Output tokens/s, whole server", "tokens/s",
-                     [("total output tok/s", lambda p: p.output_tokens_per_second)]),
-        _sweep_chart(report, "sweep_per_user", "Output tokens/s per user while streaming", "tokens/s per user",
-                     [(f"per user {k}", _pct("per_user_decode_tokens_per_second", k)) for k in ("p5", "p50", "p95")]
-                     + [("naive X/N", lambda p: p.naive_per_user_tokens_per_second)]),
-        _sweep_chart(report, "sweep_goodput", "Goodput (requests meeting the SLO)", "% of requests",
-                     [("goodput", lambda p: p.goodput_ratio)], 100.0, why_none=no_slo),
-        _sweep_chart(report, "sweep_errors", "Errors", "failed requests",
-                     [("errors", lambda p: float(sum(p.errors.values())))]),
-    ]  # fmt: skip
+        _sweep_chart(
+            report,
+            "sweep_ttft",
+            "Time to first token",
+            "ms",
+            [(f"TTFT {k}", _pct("ttft_seconds", k)) for k in ("p50", "p90", "p99")],
+            1000.0,
+        ),
+        _sweep_chart(
+            report,
+            "sweep_itl",
+            "Inter-token latency and time per output token",
+            "ms",
+            [
+                ("ITL p50", _pct("itl_seconds", "p50")),
+                ("ITL p99", _pct("itl_seconds", "p99")),
+                ("TPOT p50", _pct("tpot_seconds", "p50")),
+                ("TPOT p99", _pct("tpot_seconds", "p99")),
+            ],
+            1000.0,
+        ),
+        _sweep_chart(
+            report,
+            "sweep_total",
+            "Output tokens/s, whole server",
+            "tokens/s",
+            [("total output tok/s", lambda p: p.output_tokens_per_second)],
+        ),
+        _sweep_chart(
+            report,
+            "sweep_per_user",
+            "Output tokens/s per user while streaming",
+            "tokens/s per user",
+            [(f"per user {k}", _pct("per_user_decode_tokens_per_second", k)) for k in ("p5", "p50", "p95")]
+            + [("naive X/N", lambda p: p.naive_per_user_tokens_per_second)],
+        ),
+        _sweep_chart(
+            report,
+            "sweep_goodput",
+            "Goodput (requests meeting the SLO)",
+            "% of requests",
+            [("goodput", lambda p: p.goodput_ratio)],
+            100.0,
+            why_none=no_slo,
+        ),
+        _sweep_chart(
+            report, "sweep_errors", "Errors", "failed requests", [("errors", lambda p: float(sum(p.errors.values())))]
+        ),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,10 +378,14 @@ def sweep_charts(report: LoadReport) -> list[Chart]:
 
 
 CLASS_COLORS = {
-    Bottleneck.memory: "#c62828", Bottleneck.compute: "#e65100", Bottleneck.scheduling: "#f9a825",
-    Bottleneck.network: "#8e24aa", Bottleneck.healthy: "#2e7d32", Bottleneck.idle: "#1565c0",
+    Bottleneck.memory: "#c62828",
+    Bottleneck.compute: "#e65100",
+    Bottleneck.scheduling: "#f9a825",
+    Bottleneck.network: "#8e24aa",
+    Bottleneck.healthy: "#2e7d32",
+    Bottleneck.idle: "#1565c0",
     Bottleneck.unknown: "#616161",
-}  # fmt: skip
+}
 
 BOUND_WORDS = {
     "compute": "math (peak FLOP/s)",
@@ -314,22 +405,33 @@ def _render(kind: str, title: str, context: dict[str, Any], charts: list[Chart])
     report_js = _inline(_asset("report.js"), "</script")
     css = _inline(_asset(f"{UPLOT_DIR}/uPlot.min.css") + "\n" + _asset("report.css"), "</style")
     scripts = [uplot_js, report_js]
-    csp = "; ".join([
-        "default-src 'none'",
-        "script-src " + " ".join(_csp_hash(s) for s in scripts),
-        "style-src 'unsafe-inline'",
-        "img-src data:",
-        "base-uri 'none'",
-        "form-action 'none'",
-    ])  # fmt: skip
+    csp = "; ".join(
+        [
+            "default-src 'none'",
+            "script-src " + " ".join(_csp_hash(s) for s in scripts),
+            "style-src 'unsafe-inline'",
+            "img-src data:",
+            "base-uri 'none'",
+            "form-action 'none'",
+        ]
+    )
     template = env.get_template("report.html.j2")
     return template.render(
-        kind=kind, title=title, csp=csp, css=css, scripts=scripts, charts=charts,
-        chart_specs=[c.spec() for c in charts if c.unavailable is None], class_colors=CLASS_COLORS,
-        bound_words=BOUND_WORDS, unavailable=UNAVAILABLE, uplot_version=_asset(f"{UPLOT_DIR}/VERSION").strip(),
-        fix_view=fix_view, verdict_engine=verdict_engine,
+        kind=kind,
+        title=title,
+        csp=csp,
+        css=css,
+        scripts=scripts,
+        charts=charts,
+        chart_specs=[c.spec() for c in charts if c.unavailable is None],
+        class_colors=CLASS_COLORS,
+        bound_words=BOUND_WORDS,
+        unavailable=UNAVAILABLE,
+        uplot_version=_asset(f"{UPLOT_DIR}/VERSION").strip(),
+        fix_view=fix_view,
+        verdict_engine=verdict_engine,
         **context,
-    )  # fmt: skip
+    )
 
 
 def render_html(result: Verdict | LoadReport) -> str:

@@ -56,8 +56,10 @@ def seed_arithmetic(point: LoadPoint, lightest: LoadPoint) -> str | None:
     overall = point.per_user_tokens_per_second.p50
     split = ""
     if point is not lightest and lightest.output_tokens_per_second and lightest.users:
-        split = (f"the {_rate(lightest.output_tokens_per_second)} tok/s of {_users(lightest.users)} split "
-                 f"{point.users} ways would be {_rate(lightest.output_tokens_per_second / point.users)} each; ")
+        split = (
+            f"the {_rate(lightest.output_tokens_per_second)} tok/s of {_users(lightest.users)} split "
+            f"{point.users} ways would be {_rate(lightest.output_tokens_per_second / point.users)} each; "
+        )
     return (
         f"{_users(point.users)}: {split}the server did {_rate(point.output_tokens_per_second)} tok/s total (naive "
         f"X/N {_rate(point.naive_per_user_tokens_per_second)}); users measured p50 {_rate(streaming)} tok/s while "
@@ -67,15 +69,28 @@ def seed_arithmetic(point: LoadPoint, lightest: LoadPoint) -> str | None:
 
 def render_load(report: LoadReport) -> RenderableType:
     level = "users" if report.mode == "closed" else "rate"
-    table = Table(title=f"{report.target} · model {report.model} · prompt {report.prompt_tokens} / output "
-                  f"{report.output_tokens} tokens", title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
-                  padding=(0, 1), pad_edge=False)  # fmt: skip
+    table = Table(
+        title=f"{report.target} · model {report.model} · prompt {report.prompt_tokens} / output "
+        f"{report.output_tokens} tokens",
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        pad_edge=False,
+    )
     # TPOT and end-to-end percentiles are in --json; the table keeps what fits in 100 columns
     for title, justify in (
-        (level, "right"), ("ok", "right"), ("errors", "left"), ("TTFT ms\np50/p99", "right"),
-        ("ITL ms\np50/p99", "right"), ("tok/s\ntotal", "right"), ("per user tok/s\np5/p50/p95", "right"),
-        ("naive\nX/N", "right"), ("good-\nput", "right"), ("verdict", "left"),
-    ):  # fmt: skip
+        (level, "right"),
+        ("ok", "right"),
+        ("errors", "left"),
+        ("TTFT ms\np50/p99", "right"),
+        ("ITL ms\np50/p99", "right"),
+        ("tok/s\ntotal", "right"),
+        ("per user tok/s\np5/p50/p95", "right"),
+        ("naive\nX/N", "right"),
+        ("good-\nput", "right"),
+        ("verdict", "left"),
+    ):
         table.add_column(title, justify=justify, no_wrap=True, min_width=10 if title == "verdict" else None)
     for point in report.points:
         per_user = point.per_user_decode_tokens_per_second

@@ -114,9 +114,12 @@ def render_markdown(result: Verdict | LoadReport) -> str:
     lines = _headline(result) + _findings(result) + _experience(result)
     if result.roofline is not None:
         r = result.roofline
-        lines += ["", f"Ceiling: decode {format_value(r.measured_tokens_per_second, 'tokens/s')} is "
-                  f"{r.fraction_of_ceiling_ratio:.0%} of {format_value(r.ceiling_tokens_per_second, 'tokens/s')} "
-                  f"({md(r.model)} on {r.tp} × {md(r.gpu)}, bound by {md(r.bound_by)})"]  # fmt: skip
+        lines += [
+            "",
+            f"Ceiling: decode {format_value(r.measured_tokens_per_second, 'tokens/s')} is "
+            f"{r.fraction_of_ceiling_ratio:.0%} of {format_value(r.ceiling_tokens_per_second, 'tokens/s')} "
+            f"({md(r.model)} on {r.tp} × {md(r.gpu)}, bound by {md(r.bound_by)})",
+        ]
     lines += _coverage(result)
     lines += ["", f"<sub>llmdiag {md(result.tool_version)}</sub>"]
     return "\n".join(lines) + "\n"

@@ -138,11 +138,15 @@ def _details(result: TargetResult, several: bool) -> list[str]:
         return lines
     verdict = result.verdict
     if not several:
-        lines.append(f"{result.name}: {verdict.bottleneck.value}, confidence {verdict.confidence:.2f} "
-                     f"({verdict.confidence_label}), {verdict.window.duration_seconds or 0:.0f} s window")  # fmt: skip
+        lines.append(
+            f"{result.name}: {verdict.bottleneck.value}, confidence {verdict.confidence:.2f} "
+            f"({verdict.confidence_label}), {verdict.window.duration_seconds or 0:.0f} s window"
+        )
     else:
-        lines.append(f"{indent}confidence {verdict.confidence:.2f} ({verdict.confidence_label}), "
-                     f"{verdict.window.duration_seconds or 0:.0f} s window")  # fmt: skip
+        lines.append(
+            f"{indent}confidence {verdict.confidence:.2f} ({verdict.confidence_label}), "
+            f"{verdict.window.duration_seconds or 0:.0f} s window"
+        )
     for finding in verdict.findings:
         lines.append(f"{indent}{finding.severity.value.upper()} {finding.code} {finding.slug}: {finding.summary}")
     if not verdict.findings:

@@ -153,15 +153,21 @@ def _finding(finding: Finding, verbose: bool, engine: str = DEFAULT_ENGINE) -> R
 def _experience(verdict: Verdict) -> Table:
     exp = verdict.experience
     table = Table(box=None, show_header=False, padding=(0, 2), pad_edge=False)
-    table.add_row("time to first token p50 / p90", f"{format_value(exp.ttft_p50_seconds, 'seconds')} / "
-                  f"{format_value(exp.ttft_p90_seconds, 'seconds')}")
+    table.add_row(
+        "time to first token p50 / p90",
+        f"{format_value(exp.ttft_p50_seconds, 'seconds')} / {format_value(exp.ttft_p90_seconds, 'seconds')}",
+    )
     if exp.client_requests:
-        table.add_row(f"  seen by {exp.client_requests} canary requests",
-                      f"{format_value(exp.client_ttft_p50_seconds, 'seconds')} / "
-                      f"{format_value(exp.client_ttft_p90_seconds, 'seconds')}")
+        table.add_row(
+            f"  seen by {exp.client_requests} canary requests",
+            f"{format_value(exp.client_ttft_p50_seconds, 'seconds')} / "
+            f"{format_value(exp.client_ttft_p90_seconds, 'seconds')}",
+        )
         table.add_row("  canary time per output token p50", format_value(exp.client_tpot_p50_seconds, "seconds"))
-    table.add_row("inter-token latency p50 / p90", f"{format_value(exp.itl_p50_seconds, 'seconds')} / "
-                  f"{format_value(exp.itl_p90_seconds, 'seconds')}")
+    table.add_row(
+        "inter-token latency p50 / p90",
+        f"{format_value(exp.itl_p50_seconds, 'seconds')} / {format_value(exp.itl_p90_seconds, 'seconds')}",
+    )
     table.add_row("output tokens/s, whole server", format_value(exp.generation_tokens_per_second, "tokens/s"))
     running = format_value(exp.requests_running_mean, "requests")
     waiting = format_value(exp.requests_waiting_mean, "requests")

@@ -28,21 +28,32 @@ TEXTFILE_NAME = "llmdiag.prom"
 PUSH_JOB = "llmdiag"
 # (metric, help, signal, stat): one gauge per target
 SIGNAL_GAUGES = (
-    ("llmdiag_kv_cache_usage_peak_ratio", "Highest KV-cache usage seen in the check's window (0-1).",
-     "kv_cache_usage_ratio", "max"),
+    (
+        "llmdiag_kv_cache_usage_peak_ratio",
+        "Highest KV-cache usage seen in the check's window (0-1).",
+        "kv_cache_usage_ratio",
+        "max",
+    ),
     ("llmdiag_requests_running", "Mean requests running in the window.", "requests_running_avg", "value"),
     ("llmdiag_requests_waiting", "Mean requests waiting in the window.", "requests_waiting_avg", "value"),
-    ("llmdiag_generation_tokens_per_second", "Output tokens per second in the window.",
-     "generation_tokens_per_second", "rate"),
+    (
+        "llmdiag_generation_tokens_per_second",
+        "Output tokens per second in the window.",
+        "generation_tokens_per_second",
+        "rate",
+    ),
     ("llmdiag_preemptions_per_second", "Preemptions per second in the window.", "preemptions_per_second", "rate"),
-)  # fmt: skip
+)
 # (metric, help, histogram signal): one gauge per target and quantile, from the window's bucket deltas
 QUANTILE_GAUGES = (
     ("llmdiag_ttft_seconds", "Time to first token in the window, by quantile.", "ttft_seconds"),
-    ("llmdiag_tpot_seconds", "Time per output token (per finished request) in the window, by quantile.",
-     "tpot_seconds"),
+    (
+        "llmdiag_tpot_seconds",
+        "Time per output token (per finished request) in the window, by quantile.",
+        "tpot_seconds",
+    ),
     ("llmdiag_itl_seconds", "Inter-token latency in the window, by quantile.", "itl_seconds"),
-)  # fmt: skip
+)
 QUANTILES = (("0.5", "p50"), ("0.9", "p90"), ("0.95", "p95"), ("0.99", "p99"))
 
 
@@ -55,22 +66,31 @@ class _ReportCollector(Collector):
         last = GaugeMetricFamily("llmdiag_last_run_timestamp_seconds", "When the last llmdiag check ran (unix time).")
         last.add_metric([], self.report.at_unix)
         yield last
-        state = GaugeMetricFamily("llmdiag_check_state", "Nagios state of the target: 0 OK, 1 WARNING, "
-                                  "2 CRITICAL, 3 UNKNOWN.", labels=["target"])  # fmt: skip
+        state = GaugeMetricFamily(
+            "llmdiag_check_state",
+            "Nagios state of the target: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.",
+            labels=["target"],
+        )
         up = GaugeMetricFamily("llmdiag_target_up", "1 when the target could be diagnosed.", labels=["target"])
         for r in results:
             state.add_metric([r.name], int(r.state))
             up.add_metric([r.name], 1 if r.verdict is not None else 0)
         yield state
         yield up
-        verdict = GaugeMetricFamily("llmdiag_verdict", "1 for the target's verdict class, 0 for the others.",
-                                    labels=["class", "target"])  # fmt: skip
-        confidence = GaugeMetricFamily("llmdiag_verdict_confidence_ratio", "Confidence in the verdict (0-1).",
-                                       labels=["target"])  # fmt: skip
-        finding = GaugeMetricFamily("llmdiag_finding", "1 for each finding of the check (muted rules give none).",
-                                    labels=["code", "category", "severity", "target"])  # fmt: skip
-        probe = GaugeMetricFamily("llmdiag_probe_up", "1 when the probe read its source in the check's window.",
-                                  labels=["probe", "target"])  # fmt: skip
+        verdict = GaugeMetricFamily(
+            "llmdiag_verdict", "1 for the target's verdict class, 0 for the others.", labels=["class", "target"]
+        )
+        confidence = GaugeMetricFamily(
+            "llmdiag_verdict_confidence_ratio", "Confidence in the verdict (0-1).", labels=["target"]
+        )
+        finding = GaugeMetricFamily(
+            "llmdiag_finding",
+            "1 for each finding of the check (muted rules give none).",
+            labels=["code", "category", "severity", "target"],
+        )
+        probe = GaugeMetricFamily(
+            "llmdiag_probe_up", "1 when the probe read its source in the check's window.", labels=["probe", "target"]
+        )
         window = GaugeMetricFamily("llmdiag_window_seconds", "Length of the check's window.", labels=["target"])
         for r in diagnosed(results):
             v = r.verdict
@@ -140,5 +160,10 @@ def write_textfile(report: CheckReport, directory: Path) -> Path:
 
 def push(report: CheckReport, gateway: str, instance: str, timeout_seconds: float = 10.0) -> None:
     """PUT the metrics to a Pushgateway under job="llmdiag", instance=<this host>; raises OSError on failure."""
-    push_to_gateway(gateway, job=PUSH_JOB, registry=build_registry(report), grouping_key={"instance": instance},
-                    timeout=timeout_seconds)  # fmt: skip
+    push_to_gateway(
+        gateway,
+        job=PUSH_JOB,
+        registry=build_registry(report),
+        grouping_key={"instance": instance},
+        timeout=timeout_seconds,
+    )

@@ -54,9 +54,14 @@ def render_trace(report: TraceReport) -> RenderableType:
         label = str(r.rank) if r.rank is not None else escape(r.path)
         device = escape(r.device or ("CPU" if r.timeline == "cpu" else ""))
         ranks.add_row(
-            label, device, _ms(r.span_seconds), _pct(r.busy_ratio), _pct(r.comm_share_ratio),
-            _pct(r.exposed_comm_share_ratio), _pct(r.overlap_ratio),
-        )  # fmt: skip
+            label,
+            device,
+            _ms(r.span_seconds),
+            _pct(r.busy_ratio),
+            _pct(r.comm_share_ratio),
+            _pct(r.exposed_comm_share_ratio),
+            _pct(r.overlap_ratio),
+        )
     parts.append(ranks)
 
     waits = "gloo range" if on_cpu else "kernel"
@@ -68,15 +73,23 @@ def render_trace(report: TraceReport) -> RenderableType:
     for r in report.ranks:
         for c in r.collectives:
             sizes = (
-                "unknown" if c.message_bytes_min is None
-                else _bytes(c.message_bytes_min) if c.message_bytes_min == c.message_bytes_max
+                "unknown"
+                if c.message_bytes_min is None
+                else _bytes(c.message_bytes_min)
+                if c.message_bytes_min == c.message_bytes_max
                 else f"{_bytes(c.message_bytes_min)}–{_bytes(c.message_bytes_max)}"
-            )  # fmt: skip
+            )
             colls.add_row(
-                str(r.rank) if r.rank is not None else "?", c.collective, c.family, str(c.count),
-                _ms(c.total_seconds), sizes, str(c.group_size or "?"), _gbps(c.algbw_bytes_per_second),
+                str(r.rank) if r.rank is not None else "?",
+                c.collective,
+                c.family,
+                str(c.count),
+                _ms(c.total_seconds),
+                sizes,
+                str(c.group_size or "?"),
+                _gbps(c.algbw_bytes_per_second),
                 _gbps(c.busbw_bytes_per_second),
-            )  # fmt: skip
+            )
     parts.append(colls)
 
     s = report.straggler

@@ -29,13 +29,16 @@ TOKENIZER_LABELS = ("model_name", "engine_type")
 HISTOGRAMS = (
     ("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft"),
     ("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl"),
-    ("sglang:request_time_per_output_token_seconds", "Histogram of time per output token per request in seconds.",
-     "time_per_output_token"),
+    (
+        "sglang:request_time_per_output_token_seconds",
+        "Histogram of time per output token per request in seconds.",
+        "time_per_output_token",
+    ),
     ("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", "e2e"),
     ("sglang:queue_time_seconds", "Histogram of queueing time in seconds.", "queue"),
     ("sglang:prompt_tokens_histogram", "Histogram of prompt token length.", "request_prompt_tokens"),
     ("sglang:generation_tokens_histogram", "Histogram of generation token length.", "request_generation_tokens"),
-)  # fmt: skip
+)
 
 
 class SglangCollector(Collector):
@@ -78,8 +81,9 @@ class SglangCollector(Collector):
         scheduler = [model, "unified", "0", "0", "0"]
         tokenizer = [model, "unified"]
         for name, value in self.gauges.items():
-            family = GaugeMetricFamily(name, f"The {name.split(':', 1)[1].replace('_', ' ')}.",
-                                       labels=list(SCHEDULER_LABELS))  # fmt: skip
+            family = GaugeMetricFamily(
+                name, f"The {name.split(':', 1)[1].replace('_', ' ')}.", labels=list(SCHEDULER_LABELS)
+            )
             family.add_metric(scheduler, float(value))
             yield family
 
@@ -88,20 +92,46 @@ class SglangCollector(Collector):
             family.add_metric(ids, float(value))
             return family
 
-        yield counter("sglang:num_retracted_requests", "Total number of retracted requests.", stats.preemptions,
-                      SCHEDULER_LABELS, scheduler)  # fmt: skip
-        yield counter("sglang:prompt_tokens", "Number of prefill tokens processed.", stats.prompt_tokens,
-                      TOKENIZER_LABELS, tokenizer)  # fmt: skip
-        yield counter("sglang:generation_tokens", "Number of generation tokens processed.", stats.generation_tokens,
-                      TOKENIZER_LABELS, tokenizer)  # fmt: skip
-        cached = CounterMetricFamily("sglang:cached_tokens", "Number of cached prompt tokens.",
-                                     labels=[*TOKENIZER_LABELS, "cache_source"])  # fmt: skip
+        yield counter(
+            "sglang:num_retracted_requests",
+            "Total number of retracted requests.",
+            stats.preemptions,
+            SCHEDULER_LABELS,
+            scheduler,
+        )
+        yield counter(
+            "sglang:prompt_tokens",
+            "Number of prefill tokens processed.",
+            stats.prompt_tokens,
+            TOKENIZER_LABELS,
+            tokenizer,
+        )
+        yield counter(
+            "sglang:generation_tokens",
+            "Number of generation tokens processed.",
+            stats.generation_tokens,
+            TOKENIZER_LABELS,
+            tokenizer,
+        )
+        cached = CounterMetricFamily(
+            "sglang:cached_tokens", "Number of cached prompt tokens.", labels=[*TOKENIZER_LABELS, "cache_source"]
+        )
         cached.add_metric([*tokenizer, "device"], 0.0)
         yield cached
-        yield counter("sglang:num_requests", "Number of requests processed.", sum(stats.request_success.values()),
-                      TOKENIZER_LABELS, tokenizer)  # fmt: skip
-        yield counter("sglang:num_aborted_requests", "Number of requests aborted.",
-                      stats.request_success.get("abort", 0), TOKENIZER_LABELS, tokenizer)  # fmt: skip
+        yield counter(
+            "sglang:num_requests",
+            "Number of requests processed.",
+            sum(stats.request_success.values()),
+            TOKENIZER_LABELS,
+            tokenizer,
+        )
+        yield counter(
+            "sglang:num_aborted_requests",
+            "Number of requests aborted.",
+            stats.request_success.get("abort", 0),
+            TOKENIZER_LABELS,
+            tokenizer,
+        )
         labels = dict(zip(TOKENIZER_LABELS, tokenizer, strict=True))
         for name, doc, attribute in HISTOGRAMS:
             family = _histogram(name, doc, labels, getattr(stats, attribute), 0.0)
@@ -113,13 +143,25 @@ def _pages(state: SimState) -> dict[str, Page]:
     registry = CollectorRegistry(auto_describe=False)  # multiprocess mode: no GC, platform or process collectors
     registry.register(SglangCollector(state))
     engine = state.engine
-    model_info = {"model_path": state.model, "tokenizer_path": state.model, "is_generation": True,
-                  "preferred_sampling_params": None, "weight_version": "default"}  # fmt: skip
-    server_info = {"model_path": state.model, "served_model_name": state.model, "tp_size": engine.dep.tp,
-                   "dp_size": 1, "enable_metrics": True, "max_running_requests": engine.config.seqs,
-                   "max_total_num_tokens": (engine.num_gpu_blocks - 1) * engine.block_size,
-                   "context_length": state.model_len, "decode_log_interval": DECODE_LOG_INTERVAL,
-                   "version": SGLANG_VERSION}  # fmt: skip
+    model_info = {
+        "model_path": state.model,
+        "tokenizer_path": state.model,
+        "is_generation": True,
+        "preferred_sampling_params": None,
+        "weight_version": "default",
+    }
+    server_info = {
+        "model_path": state.model,
+        "served_model_name": state.model,
+        "tp_size": engine.dep.tp,
+        "dp_size": 1,
+        "enable_metrics": True,
+        "max_running_requests": engine.config.seqs,
+        "max_total_num_tokens": (engine.num_gpu_blocks - 1) * engine.block_size,
+        "context_length": state.model_len,
+        "decode_log_interval": DECODE_LOG_INTERVAL,
+        "version": SGLANG_VERSION,
+    }
     return {
         "/metrics": prometheus_page(registry),
         "/get_model_info": json_page(lambda: model_info),
@@ -127,5 +169,12 @@ def _pages(state: SimState) -> dict[str, Page]:
     }
 
 
-SGLANG = register(Dialect(name="sglang", summary=f"SGLang {SGLANG_VERSION} (--enable-metrics)", setup=_pages,
-                          headers={"server": "uvicorn"}, owned_by="sglang"))  # fmt: skip
+SGLANG = register(
+    Dialect(
+        name="sglang",
+        summary=f"SGLang {SGLANG_VERSION} (--enable-metrics)",
+        setup=_pages,
+        headers={"server": "uvicorn"},
+        owned_by="sglang",
+    )
+)

@@ -38,28 +38,44 @@ def _page(state: SimState) -> PageResult:
     parts = [
         text_family("tgi_request_count", "counter", "", [({}, finished + len(engine.running) + len(engine.waiting))]),
         text_family("tgi_request_success", "counter", "", [({}, finished - stats.request_success.get("abort", 0))]),
-        text_family("tgi_request_failure", "counter", "",
-                    [({"err": kind}, rejected if kind == "overloaded" else 0) for kind in FAILURE_KINDS]),
+        text_family(
+            "tgi_request_failure",
+            "counter",
+            "",
+            [({"err": kind}, rejected if kind == "overloaded" else 0) for kind in FAILURE_KINDS],
+        ),
         text_family("tgi_queue_size", "gauge", "", [({}, len(engine.waiting))]),
         text_family("tgi_batch_current_size", "gauge", "", [({}, len(engine.running))]),
         text_family("tgi_batch_current_max_tokens", "gauge", "", [({}, round(engine.kv_usage * capacity))]),
         text_family("tgi_batch_max_total_tokens", "gauge", "", [({}, capacity)]),
         text_family("tgi_batch_concat", "counter", "", [({"reason": "backpressure"}, 0), ({"reason": "chunking"}, 0)]),
-    ]  # fmt: skip
+    ]
     parts += [text_histogram(name, "", [({}, getattr(stats, attribute))]) for name, attribute in HISTOGRAMS]
     return "\n".join(parts).encode(), CONTENT_TYPE
 
 
 def _pages(state: SimState) -> dict[str, Page]:
     engine = state.engine
-    info = {"model_id": state.model, "model_sha": None, "model_pipeline_tag": "text-generation",
-            "max_concurrent_requests": 128, "max_best_of": 2, "max_stop_sequences": 4,
-            "max_input_tokens": state.model_len - 1, "max_total_tokens": state.model_len, "validation_workers": 2,
-            "max_client_batch_size": 4, "router": "text-generation-router", "version": TGI_VERSION, "sha": None,
-            "docker_label": None,
-            "max_batch_total_tokens": (engine.num_gpu_blocks - 1) * engine.block_size}  # fmt: skip
+    info = {
+        "model_id": state.model,
+        "model_sha": None,
+        "model_pipeline_tag": "text-generation",
+        "max_concurrent_requests": 128,
+        "max_best_of": 2,
+        "max_stop_sequences": 4,
+        "max_input_tokens": state.model_len - 1,
+        "max_total_tokens": state.model_len,
+        "validation_workers": 2,
+        "max_client_batch_size": 4,
+        "router": "text-generation-router",
+        "version": TGI_VERSION,
+        "sha": None,
+        "docker_label": None,
+        "max_batch_total_tokens": (engine.num_gpu_blocks - 1) * engine.block_size,
+    }
     return {"/metrics": lambda: _page(state), "/info": json_page(lambda: info)}
 
 
-TGI = register(Dialect(name="tgi", summary=f"Text Generation Inference {TGI_VERSION}", setup=_pages, headers={},
-                       owned_by="tgi"))  # fmt: skip
+TGI = register(
+    Dialect(name="tgi", summary=f"Text Generation Inference {TGI_VERSION}", setup=_pages, headers={}, owned_by="tgi")
+)

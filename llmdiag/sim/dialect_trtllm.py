@@ -100,7 +100,7 @@ class IterationLog:
                 "reusedBlocks": 0,
                 "tokensPerBlock": engine.block_size,
                 "usedNumBlocks": blocks - engine.free_blocks,
-            },  # fmt: skip
+            },
             "maxBatchSizeRuntime": config.seqs,
             "maxBatchSizeStatic": config.seqs,
             "maxBatchSizeTunerRecommended": 0,
@@ -171,8 +171,9 @@ class TrtllmCollector(Collector):
             family.add_metric(values, value)
             return family
 
-        success = CounterMetricFamily("trtllm_request_success", "Count of successfully processed requests.",
-                                      labels=[*names, "finished_reason"])  # fmt: skip
+        success = CounterMetricFamily(
+            "trtllm_request_success", "Count of successfully processed requests.", labels=[*names, "finished_reason"]
+        )
         for reason, count in stats.request_success.items():
             success.add_metric([*values, reason], float(count))
         yield success
@@ -181,37 +182,47 @@ class TrtllmCollector(Collector):
         for name, doc, hist in (
             ("trtllm_e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", stats.e2e),
             ("trtllm_time_to_first_token_seconds", "Histogram of time to first token in seconds.", stats.ttft),
-            ("trtllm_time_per_output_token_seconds", "Histogram of time per output token in seconds.",
-             stats.time_per_output_token),
-            ("trtllm_request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
-             stats.queue),
+            (
+                "trtllm_time_per_output_token_seconds",
+                "Histogram of time per output token in seconds.",
+                stats.time_per_output_token,
+            ),
+            ("trtllm_request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", stats.queue),
             ("trtllm_request_prefill_time_seconds", "Histogram of time spent in PREFILL phase.", stats.prefill),
             ("trtllm_request_decode_time_seconds", "Histogram of time spent in DECODE phase.", stats.decode),
             ("trtllm_request_inference_time_seconds", "Histogram of time spent in RUNNING phase.", stats.inference),
-        ):  # fmt: skip
+        ):
             yield _histogram(name, doc, labels, hist)
         if log.last is None:
             return  # no iteration yet: the iteration gauges appear with the first record
         yield gauge("trtllm_num_requests_running", "Number of requests running.", _last(log, "numActiveRequests"))
         yield gauge("trtllm_num_requests_waiting", "Number of requests waiting.", _last(log, "numQueuedRequests"))
-        yield gauge("trtllm_max_num_active_requests", "Max number of active requests.",
-                    _last(log, "maxNumActiveRequests"))  # fmt: skip
-        yield gauge("trtllm_iteration_latency_seconds", "Iteration latency in seconds.",
-                    _last(log, "iterLatencyMS") / 1000.0)  # fmt: skip
+        yield gauge(
+            "trtllm_max_num_active_requests", "Max number of active requests.", _last(log, "maxNumActiveRequests")
+        )
+        yield gauge(
+            "trtllm_iteration_latency_seconds", "Iteration latency in seconds.", _last(log, "iterLatencyMS") / 1000.0
+        )
         used, total = _last(log, "kvCacheStats", "usedNumBlocks"), _last(log, "kvCacheStats", "maxNumBlocks")
         yield gauge("trtllm_kv_cache_utilization", "KV cache utilization.", used / total if total else 0.0)
         yield gauge("trtllm_kv_cache_max_blocks", "KV cache max blocks.", total)
         yield gauge("trtllm_kv_cache_free_blocks", "KV cache free blocks.", _last(log, "kvCacheStats", "freeNumBlocks"))
         yield gauge("trtllm_kv_cache_used_blocks", "KV cache used blocks.", used)
-        yield gauge("trtllm_kv_cache_tokens_per_block", "KV cache tokens per block.",
-                    _last(log, "kvCacheStats", "tokensPerBlock"))  # fmt: skip
-        for name, key in (("trtllm_num_context_requests", "numContextRequests"),
-                          ("trtllm_num_generation_requests", "numGenRequests"),
-                          ("trtllm_num_paused_requests", "numPausedRequests"),
-                          ("trtllm_num_scheduled_requests", "numScheduledRequests"),
-                          ("trtllm_total_context_tokens", "numCtxTokens")):  # fmt: skip
-            yield gauge(name, f"inflightBatchingStats.{key} of the last iteration.",
-                        _last(log, "inflightBatchingStats", key))  # fmt: skip
+        yield gauge(
+            "trtllm_kv_cache_tokens_per_block",
+            "KV cache tokens per block.",
+            _last(log, "kvCacheStats", "tokensPerBlock"),
+        )
+        for name, key in (
+            ("trtllm_num_context_requests", "numContextRequests"),
+            ("trtllm_num_generation_requests", "numGenRequests"),
+            ("trtllm_num_paused_requests", "numPausedRequests"),
+            ("trtllm_num_scheduled_requests", "numScheduledRequests"),
+            ("trtllm_total_context_tokens", "numCtxTokens"),
+        ):
+            yield gauge(
+                name, f"inflightBatchingStats.{key} of the last iteration.", _last(log, "inflightBatchingStats", key)
+            )
 
 
 def _trtllm_pages(state: SimState) -> dict[str, Page]:
@@ -253,51 +264,96 @@ class TritonCollector(Collector):
             return metric
 
         finished = float(sum(stats.request_success.values()))
-        yield core("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
-                   finished)  # fmt: skip
+        yield core("nv_inference_request_success", "Number of successful inference requests, all batch sizes", finished)
         yield core("nv_inference_request_failure", "Number of failed inference requests, all batch sizes", 0.0)
-        yield core("nv_inference_count", "Number of inferences performed (does not include cached requests)",
-                   finished)  # fmt: skip
-        yield core("nv_inference_exec_count", "Number of model executions performed (does not include cached "
-                   "requests)", finished)  # fmt: skip
-        yield core("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds "
-                   "(includes cached requests)", stats.e2e.total * 1e6)  # fmt: skip
-        yield core("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds "
-                   "(includes cached requests)", 0.0)  # fmt: skip
-        yield core("nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting "
-                   "execution per-model.", 0.0, kind="gauge")  # fmt: skip
-        yield _histogram("nv_inference_first_response_histogram_ms", "Duration from request to first response in "
-                         "milliseconds", base, stats.ttft, scale=1000.0)  # fmt: skip
-        for name, kind, hist in (("nv_llm_input_token_len", "total_input_tokens", stats.request_prompt_tokens),
-                                 ("nv_llm_output_token_len", "total_output_tokens",
-                                  stats.request_generation_tokens)):  # fmt: skip
+        yield core("nv_inference_count", "Number of inferences performed (does not include cached requests)", finished)
+        yield core(
+            "nv_inference_exec_count",
+            "Number of model executions performed (does not include cached requests)",
+            finished,
+        )
+        yield core(
+            "nv_inference_request_duration_us",
+            "Cumulative inference request duration in microseconds (includes cached requests)",
+            stats.e2e.total * 1e6,
+        )
+        yield core(
+            "nv_inference_queue_duration_us",
+            "Cumulative inference queuing duration in microseconds (includes cached requests)",
+            0.0,
+        )
+        yield core(
+            "nv_inference_pending_request_count",
+            "Instantaneous number of pending requests awaiting execution per-model.",
+            0.0,
+            kind="gauge",
+        )
+        yield _histogram(
+            "nv_inference_first_response_histogram_ms",
+            "Duration from request to first response in milliseconds",
+            base,
+            stats.ttft,
+            scale=1000.0,
+        )
+        for name, kind, hist in (
+            ("nv_llm_input_token_len", "total_input_tokens", stats.request_prompt_tokens),
+            ("nv_llm_output_token_len", "total_output_tokens", stats.request_generation_tokens),
+        ):
             yield _histogram(name, "TRT LLM response metrics", {**base, "response_metric_type": kind}, hist)
         if log.last is None:
             return
-        yield family("nv_trt_llm_request_metrics", "TRT LLM request metrics", "request_type", {
-            "active": _last(log, "numActiveRequests"), "max": _last(log, "maxNumActiveRequests"),
-            "scheduled": _last(log, "inflightBatchingStats", "numScheduledRequests"),
-            "context": _last(log, "inflightBatchingStats", "numContextRequests"),
-            "waiting": _last(log, "numQueuedRequests"),
-        })  # fmt: skip
-        yield family("nv_trt_llm_runtime_memory_metrics", "TRT LLM runtime memory metrics", "memory_type",
-                     {"gpu": 0.0, "cpu": 0.0, "pinned": 0.0})  # fmt: skip
+        yield family(
+            "nv_trt_llm_request_metrics",
+            "TRT LLM request metrics",
+            "request_type",
+            {
+                "active": _last(log, "numActiveRequests"),
+                "max": _last(log, "maxNumActiveRequests"),
+                "scheduled": _last(log, "inflightBatchingStats", "numScheduledRequests"),
+                "context": _last(log, "inflightBatchingStats", "numContextRequests"),
+                "waiting": _last(log, "numQueuedRequests"),
+            },
+        )
+        yield family(
+            "nv_trt_llm_runtime_memory_metrics",
+            "TRT LLM runtime memory metrics",
+            "memory_type",
+            {"gpu": 0.0, "cpu": 0.0, "pinned": 0.0},
+        )
         used, total = _last(log, "kvCacheStats", "usedNumBlocks"), _last(log, "kvCacheStats", "maxNumBlocks")
-        yield family("nv_trt_llm_kv_cache_block_metrics", "TRT LLM KV cache block metrics", "kv_cache_block_type", {
-            "max": total, "free": _last(log, "kvCacheStats", "freeNumBlocks"), "used": used,
-            "tokens_per": _last(log, "kvCacheStats", "tokensPerBlock"), "reused": 0.0,
-            "fraction": used / total if total else 0.0,
-        })  # fmt: skip
-        yield family("nv_trt_llm_inflight_batcher_metrics", "TRT LLM inflight batcher specific metrics",
-                     "inflight_batcher_specific_metric", {
-                         "total_context_tokens": _last(log, "inflightBatchingStats", "numCtxTokens"),
-                         "generation_requests": _last(log, "inflightBatchingStats", "numGenRequests"),
-                         "micro_batch_id": 0.0,
-                         "paused_requests": _last(log, "inflightBatchingStats", "numPausedRequests"),
-                     })  # fmt: skip
-        yield family("nv_trt_llm_general_metrics", "General TRT LLM metrics", "general_type", {
-            "iteration_counter": _last(log, "iter"), "timestamp": float(int(self.state.wall_start * 1e6)),
-        })  # fmt: skip
+        yield family(
+            "nv_trt_llm_kv_cache_block_metrics",
+            "TRT LLM KV cache block metrics",
+            "kv_cache_block_type",
+            {
+                "max": total,
+                "free": _last(log, "kvCacheStats", "freeNumBlocks"),
+                "used": used,
+                "tokens_per": _last(log, "kvCacheStats", "tokensPerBlock"),
+                "reused": 0.0,
+                "fraction": used / total if total else 0.0,
+            },
+        )
+        yield family(
+            "nv_trt_llm_inflight_batcher_metrics",
+            "TRT LLM inflight batcher specific metrics",
+            "inflight_batcher_specific_metric",
+            {
+                "total_context_tokens": _last(log, "inflightBatchingStats", "numCtxTokens"),
+                "generation_requests": _last(log, "inflightBatchingStats", "numGenRequests"),
+                "micro_batch_id": 0.0,
+                "paused_requests": _last(log, "inflightBatchingStats", "numPausedRequests"),
+            },
+        )
+        yield family(
+            "nv_trt_llm_general_metrics",
+            "General TRT LLM metrics",
+            "general_type",
+            {
+                "iteration_counter": _last(log, "iter"),
+                "timestamp": float(int(self.state.wall_start * 1e6)),
+            },
+        )
 
 
 def _triton_pages(state: SimState) -> dict[str, Page]:
@@ -308,7 +364,20 @@ def _triton_pages(state: SimState) -> dict[str, Page]:
     return {"/metrics": prometheus_page(registry)}
 
 
-TRTLLM = register(Dialect(name="trtllm", summary=f"TensorRT-LLM trtllm-serve {TRTLLM_VERSION.split('+')[0]}",
-                          setup=_trtllm_pages, headers={"server": "uvicorn"}, owned_by="tensorrt_llm"))  # fmt: skip
-TRITON = register(Dialect(name="triton", summary="Triton Inference Server with the TensorRT-LLM backend",
-                          setup=_triton_pages, owned_by="triton"))  # fmt: skip
+TRTLLM = register(
+    Dialect(
+        name="trtllm",
+        summary=f"TensorRT-LLM trtllm-serve {TRTLLM_VERSION.split('+')[0]}",
+        setup=_trtllm_pages,
+        headers={"server": "uvicorn"},
+        owned_by="tensorrt_llm",
+    )
+)
+TRITON = register(
+    Dialect(
+        name="triton",
+        summary="Triton Inference Server with the TensorRT-LLM backend",
+        setup=_triton_pages,
+        owned_by="triton",
+    )
+)

@@ -51,8 +51,12 @@ PageResult = tuple[bytes, str] | tuple[bytes, str, int]
 Page = Callable[[], PageResult]
 
 # modules that register dialects when imported; the order is the order of `dialect_names()`
-DIALECT_MODULES = ("llmdiag.sim.dialect_sglang", "llmdiag.sim.dialect_tgi", "llmdiag.sim.dialect_llamacpp",
-                   "llmdiag.sim.dialect_trtllm")  # fmt: skip
+DIALECT_MODULES = (
+    "llmdiag.sim.dialect_sglang",
+    "llmdiag.sim.dialect_tgi",
+    "llmdiag.sim.dialect_llamacpp",
+    "llmdiag.sim.dialect_trtllm",
+)
 
 
 class PageUnavailable(Exception):
@@ -140,8 +144,15 @@ def _vllm_pages(state: SimState) -> dict[str, Page]:
     return {"/metrics": metrics, "/version": json_page(lambda: {"version": VLLM_VERSION})}
 
 
-VLLM = register(Dialect(name="vllm", summary=f"vLLM {VLLM_VERSION.split('+')[0]}", setup=_vllm_pages,
-                        headers={"server": "uvicorn"}, owned_by="vllm"))  # fmt: skip
+VLLM = register(
+    Dialect(
+        name="vllm",
+        summary=f"vLLM {VLLM_VERSION.split('+')[0]}",
+        setup=_vllm_pages,
+        headers={"server": "uvicorn"},
+        owned_by="vllm",
+    )
+)
 
 
 # --- hand-written exposition text (servers that do not use prometheus_client: TGI's Rust exporter, llama.cpp) ---

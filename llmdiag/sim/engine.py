@@ -52,12 +52,74 @@ DEFAULT_MAX_MODEL_LEN = 8192  # for a model whose context length is not stated
 HOST_BYTES_PER_TOKEN = 16
 
 # vLLM V1's default histogram buckets (vllm/v1/metrics/buckets.py; metrics catalog §1.2)
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-               80.0)  # fmt: skip
-REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-                           240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+REQUEST_LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
 NUM_PREEMPTIONS_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
@@ -147,8 +209,9 @@ class EngineConfig:
             raise UsageError(f"num_gpu_blocks_override must be at least 2, got {blocks}")
         kv_tokens = (blocks - 1) * dep.block_size_tokens
         if self.max_model_len is None:
-            object.__setattr__(self, "max_model_len", min(dep.model.max_context_tokens or DEFAULT_MAX_MODEL_LEN,
-                                                          kv_tokens))  # fmt: skip
+            object.__setattr__(
+                self, "max_model_len", min(dep.model.max_context_tokens or DEFAULT_MAX_MODEL_LEN, kv_tokens)
+            )
         assert self.max_num_seqs is not None and self.max_num_batched_tokens is not None
         assert self.max_model_len is not None
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1 or self.max_model_len < 1:
@@ -206,10 +269,24 @@ class SimRequest:
     """
 
     __slots__ = (
-        "request_id", "prompt_tokens", "output_tokens", "finish_reason", "max_tokens", "arrival", "state",
-        "computed", "generated", "blocks", "preemptions", "scheduled_ts", "first_token_ts", "last_token_ts",
-        "finished_ts", "last_step", "listener",
-    )  # fmt: skip
+        "request_id",
+        "prompt_tokens",
+        "output_tokens",
+        "finish_reason",
+        "max_tokens",
+        "arrival",
+        "state",
+        "computed",
+        "generated",
+        "blocks",
+        "preemptions",
+        "scheduled_ts",
+        "first_token_ts",
+        "last_token_ts",
+        "finished_ts",
+        "last_step",
+        "listener",
+    )
 
     def __init__(
         self,
@@ -250,8 +327,10 @@ class SimRequest:
         return self.state == "finished"
 
     def __repr__(self) -> str:
-        return (f"SimRequest({self.request_id}, {self.state}, prompt={self.prompt_tokens}, generated="
-                f"{self.generated}/{self.output_tokens}, computed={self.computed}, blocks={self.blocks})")  # fmt: skip
+        return (
+            f"SimRequest({self.request_id}, {self.state}, prompt={self.prompt_tokens}, generated="
+            f"{self.generated}/{self.output_tokens}, computed={self.computed}, blocks={self.blocks})"
+        )
 
 
 @dataclass

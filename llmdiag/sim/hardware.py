@@ -62,15 +62,45 @@ class GpuSpec:
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in (
-        GpuSpec("H100", "H100 SXM5 80GB HBM3", 81559 * MIB, 3.35e12, 989.4e12, 450e9, "pcie5", 1024, 8192,
-                ("h100-sxm", "h100-sxm5", "h100-80gb")),
-        GpuSpec("H200", "H200 SXM 141GB HBM3e", 143771 * MIB, 4.8e12, 989.4e12, 450e9, "pcie5", 1024, 8192,
-                ("h200-sxm", "h200-141gb")),
-        GpuSpec("A100", "A100 SXM4 80GB HBM2e", 81920 * MIB, 2.039e12, 312e12, 300e9, "pcie4", 256, 2048,
-                ("a100-sxm", "a100-sxm4", "a100-80gb", "a100-sxm4-80gb")),
+        GpuSpec(
+            "H100",
+            "H100 SXM5 80GB HBM3",
+            81559 * MIB,
+            3.35e12,
+            989.4e12,
+            450e9,
+            "pcie5",
+            1024,
+            8192,
+            ("h100-sxm", "h100-sxm5", "h100-80gb"),
+        ),
+        GpuSpec(
+            "H200",
+            "H200 SXM 141GB HBM3e",
+            143771 * MIB,
+            4.8e12,
+            989.4e12,
+            450e9,
+            "pcie5",
+            1024,
+            8192,
+            ("h200-sxm", "h200-141gb"),
+        ),
+        GpuSpec(
+            "A100",
+            "A100 SXM4 80GB HBM2e",
+            81920 * MIB,
+            2.039e12,
+            312e12,
+            300e9,
+            "pcie4",
+            256,
+            2048,
+            ("a100-sxm", "a100-sxm4", "a100-80gb", "a100-sxm4-80gb"),
+        ),
         GpuSpec("L4", "L4 24GB GDDR6", 23034 * MIB, 300e9, 121e12, None, "pcie4", 256, 2048, ("l4-24gb",)),
     )
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -174,24 +204,78 @@ def _llama(name: str, source: str, **shape: Any) -> ModelSpec:
 MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
-        _llama("llama-3-8b", "meta-llama/Meta-Llama-3-8B", layers=32, hidden_size=4096, attention_heads=32,
-               kv_heads=8, intermediate_size=14336, vocab_size=128256, max_context_tokens=8192),
-        _llama("llama-3-70b", "meta-llama/Meta-Llama-3-70B", layers=80, hidden_size=8192, attention_heads=64,
-               kv_heads=8, intermediate_size=28672, vocab_size=128256, max_context_tokens=8192),
-        _llama("qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct", layers=28, hidden_size=3584, attention_heads=28,
-               kv_heads=4, intermediate_size=18944, vocab_size=152064, attention_bias=True,
-               max_context_tokens=32768),
-        _llama("qwen2.5-72b", "Qwen/Qwen2.5-72B-Instruct", layers=80, hidden_size=8192, attention_heads=64,
-               kv_heads=8, intermediate_size=29568, vocab_size=152064, attention_bias=True,
-               max_context_tokens=32768),
-        _llama("mistral-7b", "mistralai/Mistral-7B-Instruct-v0.3", layers=32, hidden_size=4096,
-               attention_heads=32, kv_heads=8, intermediate_size=14336, vocab_size=32768,
-               max_context_tokens=32768),
-        _llama("mixtral-8x7b", "mistralai/Mixtral-8x7B-Instruct-v0.1", layers=32, hidden_size=4096,
-               attention_heads=32, kv_heads=8, intermediate_size=14336, vocab_size=32000, experts=8,
-               active_experts=2, max_context_tokens=32768),
+        _llama(
+            "llama-3-8b",
+            "meta-llama/Meta-Llama-3-8B",
+            layers=32,
+            hidden_size=4096,
+            attention_heads=32,
+            kv_heads=8,
+            intermediate_size=14336,
+            vocab_size=128256,
+            max_context_tokens=8192,
+        ),
+        _llama(
+            "llama-3-70b",
+            "meta-llama/Meta-Llama-3-70B",
+            layers=80,
+            hidden_size=8192,
+            attention_heads=64,
+            kv_heads=8,
+            intermediate_size=28672,
+            vocab_size=128256,
+            max_context_tokens=8192,
+        ),
+        _llama(
+            "qwen2.5-7b",
+            "Qwen/Qwen2.5-7B-Instruct",
+            layers=28,
+            hidden_size=3584,
+            attention_heads=28,
+            kv_heads=4,
+            intermediate_size=18944,
+            vocab_size=152064,
+            attention_bias=True,
+            max_context_tokens=32768,
+        ),
+        _llama(
+            "qwen2.5-72b",
+            "Qwen/Qwen2.5-72B-Instruct",
+            layers=80,
+            hidden_size=8192,
+            attention_heads=64,
+            kv_heads=8,
+            intermediate_size=29568,
+            vocab_size=152064,
+            attention_bias=True,
+            max_context_tokens=32768,
+        ),
+        _llama(
+            "mistral-7b",
+            "mistralai/Mistral-7B-Instruct-v0.3",
+            layers=32,
+            hidden_size=4096,
+            attention_heads=32,
+            kv_heads=8,
+            intermediate_size=14336,
+            vocab_size=32768,
+            max_context_tokens=32768,
+        ),
+        _llama(
+            "mixtral-8x7b",
+            "mistralai/Mixtral-8x7B-Instruct-v0.1",
+            layers=32,
+            hidden_size=4096,
+            attention_heads=32,
+            kv_heads=8,
+            intermediate_size=14336,
+            vocab_size=32000,
+            experts=8,
+            active_experts=2,
+            max_context_tokens=32768,
+        ),
     )
-}  # fmt: skip
+}
 
 
 def _key(name: str) -> str:
@@ -271,12 +355,12 @@ def load_model_config(path: Path) -> ModelSpec:
     hidden = positive_int("hidden_size")
     heads = positive_int("num_attention_heads")
     if hidden % heads and config.get("head_dim") is None:
-        raise InputFileError(f"{path}: hidden_size {hidden} is not a multiple of {heads} heads and no head_dim",
-                             CONFIG_HINT)  # fmt: skip
+        raise InputFileError(
+            f"{path}: hidden_size {hidden} is not a multiple of {heads} heads and no head_dim", CONFIG_HINT
+        )
     kv_heads = positive_int("num_key_value_heads", heads)
     if heads % kv_heads:
-        raise InputFileError(f"{path}: {heads} attention heads are not a multiple of {kv_heads} KV heads",
-                             CONFIG_HINT)  # fmt: skip
+        raise InputFileError(f"{path}: {heads} attention heads are not a multiple of {kv_heads} KV heads", CONFIG_HINT)
     experts = positive_int("num_local_experts", positive_int("num_experts", 1))
     dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
     if dtype not in DTYPE_BYTES:

@@ -63,8 +63,12 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ENGINE_INDEX = "0"
 CUDA_CONTEXT_BYTES = 512 * MIB
 # nvidia-smi's names, and (idle W, board power limit W) from the datasheets
-GPU_MODEL_NAMES = {"H100": "NVIDIA H100 80GB HBM3", "H200": "NVIDIA H200", "A100": "NVIDIA A100-SXM4-80GB",
-                   "L4": "NVIDIA L4"}  # fmt: skip
+GPU_MODEL_NAMES = {
+    "H100": "NVIDIA H100 80GB HBM3",
+    "H200": "NVIDIA H200",
+    "A100": "NVIDIA A100-SXM4-80GB",
+    "L4": "NVIDIA L4",
+}
 GPU_POWER_WATTS = {"H100": (70.0, 700.0), "H200": (75.0, 700.0), "A100": (60.0, 400.0), "L4": (16.0, 72.0)}
 DEFAULT_POWER_WATTS = (60.0, 400.0)
 # the maximum SM clock nvidia-smi reports (clocks.max.sm), MHz; an idle GPU drops to a few hundred
@@ -88,24 +92,32 @@ HISTOGRAMS = (
     ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "request_prompt_tokens"),
     ("vllm:request_generation_tokens", "Number of generation tokens processed.", "request_generation_tokens"),
     ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", "iteration_tokens"),
-    ("vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.",
-     "request_max_num_generation_tokens"),
+    (
+        "vllm:request_max_num_generation_tokens",
+        "Histogram of maximum number of requested generation tokens.",
+        "request_max_num_generation_tokens",
+    ),
     ("vllm:request_params_n", "Histogram of the n request parameter.", "params_n"),
     ("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", "request_params_max_tokens"),
     ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft"),
     ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl"),
-    ("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.",
-     "time_per_output_token"),
+    (
+        "vllm:request_time_per_output_token_seconds",
+        "Histogram of time_per_output_token_seconds per request.",
+        "time_per_output_token",
+    ),
     ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e"),
     ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", "queue"),
     ("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", "inference"),
     ("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", "prefill"),
     ("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", "decode"),
     ("vllm:request_num_preemptions", "Histogram of the number of times a request was preempted.", "num_preemptions"),
-    ("vllm:request_prefill_kv_computed_tokens",
-     "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
-     "request_prefill_kv_computed_tokens"),
-)  # fmt: skip
+    (
+        "vllm:request_prefill_kv_computed_tokens",
+        "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+        "request_prefill_kv_computed_tokens",
+    ),
+)
 MFU_HELP = "Estimated number of {} per GPU (for Model Flops Utilization calculations)."
 WAITING_BY_REASON_HELP = (
     "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; 'deferred' = "
@@ -146,8 +158,9 @@ def _histogram(name: str, doc: str, labels: Mapping[str, str], hist: Histogram, 
     return family
 
 
-def _counter(name: str, doc: str, label_names: Iterable[str], rows: Iterable[tuple[list[str], float]],
-             created: float) -> CounterMetricFamily:  # fmt: skip
+def _counter(
+    name: str, doc: str, label_names: Iterable[str], rows: Iterable[tuple[list[str], float]], created: float
+) -> CounterMetricFamily:
     family = CounterMetricFamily(name, doc, labels=list(label_names))
     for values, value in rows:
         family.add_metric(values, float(value), created=created)
@@ -184,54 +197,97 @@ class VllmCollector(Collector):
                 return family
             return _counter(name, doc, [*names, label], [([*ids, k], v) for k, v in rows.items()], created)
 
-        yield GaugeMetricFamily("process_start_time_seconds",
-                                "Start time of the process since unix epoch in seconds.", value=created)  # fmt: skip
+        yield GaugeMetricFamily(
+            "process_start_time_seconds", "Start time of the process since unix epoch in seconds.", value=created
+        )
         yield counter("vllm:estimated_flops_per_gpu", MFU_HELP.format("floating point operations"), stats.flops_per_gpu)
-        yield counter("vllm:estimated_read_bytes_per_gpu", MFU_HELP.format("bytes read from memory"),
-                      stats.read_bytes_per_gpu)  # fmt: skip
-        yield counter("vllm:estimated_write_bytes_per_gpu", MFU_HELP.format("bytes written to memory"),
-                      stats.write_bytes_per_gpu)  # fmt: skip
+        yield counter(
+            "vllm:estimated_read_bytes_per_gpu", MFU_HELP.format("bytes read from memory"), stats.read_bytes_per_gpu
+        )
+        yield counter(
+            "vllm:estimated_write_bytes_per_gpu", MFU_HELP.format("bytes written to memory"), stats.write_bytes_per_gpu
+        )
         yield gauge("vllm:num_requests_running", "Number of requests in model execution batches.", len(engine.running))
         yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", len(engine.waiting))
-        yield by("vllm:num_requests_waiting_by_reason", WAITING_BY_REASON_HELP, "reason",
-                 {"capacity": len(engine.waiting), "deferred": 0}, kind="gauge")  # fmt: skip
-        yield by("vllm:engine_sleep_state", SLEEP_HELP, "sleep_state",
-                 {"awake": 1, "weights_offloaded": 0, "discard_all": 0}, kind="gauge")  # fmt: skip
+        yield by(
+            "vllm:num_requests_waiting_by_reason",
+            WAITING_BY_REASON_HELP,
+            "reason",
+            {"capacity": len(engine.waiting), "deferred": 0},
+            kind="gauge",
+        )
+        yield by(
+            "vllm:engine_sleep_state",
+            SLEEP_HELP,
+            "sleep_state",
+            {"awake": 1, "weights_offloaded": 0, "discard_all": 0},
+            kind="gauge",
+        )
         yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", engine.kv_usage)
-        yield counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-                      stats.prefix_cache_queries)  # fmt: skip
+        yield counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            stats.prefix_cache_queries,
+        )
         yield counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", 0)
-        yield counter("vllm:external_prefix_cache_queries", "External prefix cache queries from KV connector "
-                      "cross-instance cache sharing, in terms of number of queried tokens.", 0)  # fmt: skip
-        yield counter("vllm:external_prefix_cache_hits", "External prefix cache hits from KV connector "
-                      "cross-instance cache sharing, in terms of number of cached tokens.", 0)  # fmt: skip
+        yield counter(
+            "vllm:external_prefix_cache_queries",
+            "External prefix cache queries from KV connector "
+            "cross-instance cache sharing, in terms of number of queried tokens.",
+            0,
+        )
+        yield counter(
+            "vllm:external_prefix_cache_hits",
+            "External prefix cache hits from KV connector "
+            "cross-instance cache sharing, in terms of number of cached tokens.",
+            0,
+        )
         yield counter("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items.", 0)
         yield counter("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.", 0)
         yield counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", stats.preemptions)
         yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.", stats.prompt_tokens)
-        yield by("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", "source",
-                 {"local_compute": stats.prompt_tokens, "local_cache_hit": 0, "external_kv_transfer": 0})  # fmt: skip
+        yield by(
+            "vllm:prompt_tokens_by_source",
+            "Number of prompt tokens by source.",
+            "source",
+            {"local_compute": stats.prompt_tokens, "local_cache_hit": 0, "external_kv_transfer": 0},
+        )
         yield counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).", 0)
-        yield by("vllm:prompt_tokens_cached_by_source", CACHED_BY_SOURCE_HELP, "source",
-                 dict.fromkeys(("device", "host", "p2p", "disk", "external_unspecified"), 0))  # fmt: skip
+        yield by(
+            "vllm:prompt_tokens_cached_by_source",
+            CACHED_BY_SOURCE_HELP,
+            "source",
+            dict.fromkeys(("device", "host", "p2p", "disk", "external_unspecified"), 0),
+        )
         yield counter("vllm:generation_tokens", "Number of generation tokens processed.", stats.generation_tokens)
-        yield by("vllm:request_success", "Count of successfully processed requests.", "finished_reason",
-                 {reason: stats.request_success[reason] for reason in FINISH_REASONS})  # fmt: skip
-        yield _counter("vllm:admission_rejections",
-                       "Number of admission attempts rejected by a queue limit, by reason.", ["model_name", "reason"],
-                       [([model, reason], stats.admission_rejections[reason]) for reason in REJECT_REASONS],
-                       created)  # fmt: skip
+        yield by(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            "finished_reason",
+            {reason: stats.request_success[reason] for reason in FINISH_REASONS},
+        )
+        yield _counter(
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            ["model_name", "reason"],
+            [([model, reason], stats.admission_rejections[reason]) for reason in REJECT_REASONS],
+            created,
+        )
         labels = dict(zip(names, ids, strict=True))
         for name, doc, attribute in HISTOGRAMS:
             yield _histogram(name, doc, labels, getattr(stats, attribute), created)
         config = self.cache_config()
-        info = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                                 labels=list(config))  # fmt: skip
+        info = GaugeMetricFamily(
+            "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels=list(config)
+        )
         info.add_metric(list(config.values()), 1.0)
         yield info
         if self.http is not None and self.http.counts:
-            family = CounterMetricFamily("http_requests", "Total number of requests by method, status and handler.",
-                                         labels=["handler", "method", "status"])  # fmt: skip
+            family = CounterMetricFamily(
+                "http_requests",
+                "Total number of requests by method, status and handler.",
+                labels=["handler", "method", "status"],
+            )
             for key, value in sorted(self.http.counts.items()):
                 family.add_metric(list(key), float(value), created=self.http.created[key])
             yield family
@@ -242,23 +298,44 @@ class VllmCollector(Collector):
         tokens = config.num_gpu_blocks * config.block_size
         block = str(config.block_size)
         return {
-            "_block_size_resolved": "True", "block_size": block,
-            "cache_dtype": "fp8" if dep.kv_dtype_bytes == 1 else "auto", "cache_hit_alignment_tokens": "None",
-            "effective_attention_block_size": block, "enable_mamba_shared_prefix_checkpoint": "False",
-            "enable_prefix_caching": "True", "engine": ENGINE_INDEX,
-            "gpu_memory_utilization": str(dep.gpu_memory_utilization), "hash_block_size": "None",
-            "is_attention_free": "False", "kv_cache_dtype_skip_layers": "[]", "kv_cache_layout": "None",
+            "_block_size_resolved": "True",
+            "block_size": block,
+            "cache_dtype": "fp8" if dep.kv_dtype_bytes == 1 else "auto",
+            "cache_hit_alignment_tokens": "None",
+            "effective_attention_block_size": block,
+            "enable_mamba_shared_prefix_checkpoint": "False",
+            "enable_prefix_caching": "True",
+            "engine": ENGINE_INDEX,
+            "gpu_memory_utilization": str(dep.gpu_memory_utilization),
+            "hash_block_size": "None",
+            "is_attention_free": "False",
+            "kv_cache_dtype_skip_layers": "[]",
+            "kv_cache_layout": "None",
             "kv_cache_max_concurrency": str(tokens / config.model_len),
             "kv_cache_memory_bytes": str(tokens * kv_bytes_per_token_per_gpu(dep)),
-            "kv_cache_size_tokens": str(tokens), "kv_offloading_backend": "native", "kv_offloading_size": "None",
-            "kv_sharing_fast_prefill": "False", "mamba_block_size": "None", "mamba_cache_dtype": "auto",
-            "mamba_cache_mode": "none", "mamba_page_size_padded": "None", "mamba_ssm_cache_dtype": "float32",
-            "num_cpu_blocks": "None", "num_gpu_blocks": str(config.num_gpu_blocks),
-            "num_gpu_blocks_override": str(config.num_gpu_blocks_override), "prefix_cache_retention_interval": "0",
-            "prefix_caching_hash_algo": "sha256", "prefix_match_unit": "None", "replayssm_buffer_len": "16",
-            "skip_page_size_padded": "None", "sliding_window": "None", "swa_bounded_replay": "True",
-            "use_kda_recoverssm": "False", "use_replayssm": "False", "user_specified_block_size": "False",
-        }  # fmt: skip
+            "kv_cache_size_tokens": str(tokens),
+            "kv_offloading_backend": "native",
+            "kv_offloading_size": "None",
+            "kv_sharing_fast_prefill": "False",
+            "mamba_block_size": "None",
+            "mamba_cache_dtype": "auto",
+            "mamba_cache_mode": "none",
+            "mamba_page_size_padded": "None",
+            "mamba_ssm_cache_dtype": "float32",
+            "num_cpu_blocks": "None",
+            "num_gpu_blocks": str(config.num_gpu_blocks),
+            "num_gpu_blocks_override": str(config.num_gpu_blocks_override),
+            "prefix_cache_retention_interval": "0",
+            "prefix_caching_hash_algo": "sha256",
+            "prefix_match_unit": "None",
+            "replayssm_buffer_len": "16",
+            "skip_page_size_padded": "None",
+            "sliding_window": "None",
+            "swa_bounded_replay": "True",
+            "use_kda_recoverssm": "False",
+            "use_replayssm": "False",
+            "user_specified_block_size": "False",
+        }
 
 
 def vllm_registry(engine: Engine, wall_start: float, http: HttpCounts | None = None) -> CollectorRegistry:
@@ -278,14 +355,16 @@ def gpu_labels(engine: Engine, hostname: str = HOSTNAME) -> list[dict[str, str]]
     gpu = engine.dep.gpu
     out = []
     for index in range(engine.dep.tp):
-        out.append({
-            "gpu": str(index),
-            "UUID": f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'llmdiag-sim/{hostname}/{gpu.name}/{index}')}",
-            "pci_bus_id": f"00000000:{0x18 + 0x10 * index:02X}:00.0",
-            "device": f"nvidia{index}",
-            "modelName": GPU_MODEL_NAMES.get(gpu.name, f"NVIDIA {gpu.name}"),
-            "Hostname": hostname,
-        })  # fmt: skip
+        out.append(
+            {
+                "gpu": str(index),
+                "UUID": f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'llmdiag-sim/{hostname}/{gpu.name}/{index}')}",
+                "pci_bus_id": f"00000000:{0x18 + 0x10 * index:02X}:00.0",
+                "device": f"nvidia{index}",
+                "modelName": GPU_MODEL_NAMES.get(gpu.name, f"NVIDIA {gpu.name}"),
+                "Hostname": hostname,
+            }
+        )
     return out
 
 
@@ -326,23 +405,43 @@ class DcgmCollector(Collector):
             ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", used_mib),
             ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", round(power, 3)),
             ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", busy),
-            ("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned.",
-             act.ratio(act.kernel_seconds)),
+            (
+                "DCGM_FI_PROF_SM_ACTIVE",
+                "The ratio of cycles an SM has at least 1 warp assigned.",
+                act.ratio(act.kernel_seconds),
+            ),
             ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active.", tensor),
-            ("DCGM_FI_PROF_DRAM_ACTIVE",
-             "Ratio of cycles the device memory interface is active sending or receiving data.", dram),
-            ("DCGM_FI_PROF_PCIE_TX_BYTES", "The rate of data transmitted over the PCIe bus - including both protocol "
-             "headers and data payloads - in bytes per second.", pcie_rate),
-            ("DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus - including both protocol "
-             "headers and data payloads - in bytes per second.", pcie_rate),
-        ]  # fmt: skip
+            (
+                "DCGM_FI_PROF_DRAM_ACTIVE",
+                "Ratio of cycles the device memory interface is active sending or receiving data.",
+                dram,
+            ),
+            (
+                "DCGM_FI_PROF_PCIE_TX_BYTES",
+                "The rate of data transmitted over the PCIe bus - including both protocol "
+                "headers and data payloads - in bytes per second.",
+                pcie_rate,
+            ),
+            (
+                "DCGM_FI_PROF_PCIE_RX_BYTES",
+                "The rate of data received over the PCIe bus - including both protocol "
+                "headers and data payloads - in bytes per second.",
+                pcie_rate,
+            ),
+        ]
         if nvlink:
             fields += [
-                ("DCGM_FI_PROF_NVLINK_TX_BYTES", "The rate of data transmitted over NVLink, not including protocol "
-                 "headers, in bytes per second.", link_rate),
-                ("DCGM_FI_PROF_NVLINK_RX_BYTES", "The rate of data received over NVLink, not including protocol "
-                 "headers, in bytes per second.", link_rate),
-            ]  # fmt: skip
+                (
+                    "DCGM_FI_PROF_NVLINK_TX_BYTES",
+                    "The rate of data transmitted over NVLink, not including protocol headers, in bytes per second.",
+                    link_rate,
+                ),
+                (
+                    "DCGM_FI_PROF_NVLINK_RX_BYTES",
+                    "The rate of data received over NVLink, not including protocol headers, in bytes per second.",
+                    link_rate,
+                ),
+            ]
         names = list(self.labels[0])
         for name, doc, value in fields:
             family = GaugeMetricFamily(name, doc, labels=names)

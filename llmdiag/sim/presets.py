@@ -75,32 +75,42 @@ PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
         Preset(
-            "healthy", "healthy", "Llama 3 8B on an H100 with room to spare",
+            "healthy",
+            "healthy",
+            "Llama 3 8B on an H100 with room to spare",
             EngineConfig(Deployment(H100, LLAMA8)),
             LoadSpec(users=32, prompt_tokens=256, output_tokens=128, output_spread=SPREAD),
         ),
         Preset(
-            "memory", "memory", "Llama 3 8B on an H100 given a quarter of its memory: 3 GB of KV for long requests",
+            "memory",
+            "memory",
+            "Llama 3 8B on an H100 given a quarter of its memory: 3 GB of KV for long requests",
             EngineConfig(Deployment(H100, LLAMA8, gpu_memory_utilization=0.25)),
             LoadSpec(users=32, prompt_tokens=1024, output_tokens=512, output_spread=SPREAD),
         ),
         Preset(
-            "compute", "compute", "Llama 3 8B on an L4: every step streams the weights over slow GDDR6",
+            "compute",
+            "compute",
+            "Llama 3 8B on an L4: every step streams the weights over slow GDDR6",
             EngineConfig(Deployment(L4, LLAMA8)),
             LoadSpec(users=12, prompt_tokens=512, output_tokens=128, output_spread=SPREAD),
         ),
         Preset(
-            "scheduling", "scheduling", "Llama 3 8B on an H100 capped at --max-num-seqs 4",
+            "scheduling",
+            "scheduling",
+            "Llama 3 8B on an H100 capped at --max-num-seqs 4",
             EngineConfig(Deployment(H100, LLAMA8), max_num_seqs=4),
             LoadSpec(users=32, prompt_tokens=256, output_tokens=128, output_spread=SPREAD),
         ),
         Preset(
-            "network", "network", "Llama 3 70B on 8 A100s over PCIe Gen4: every step waits on all-reduces",
+            "network",
+            "network",
+            "Llama 3 70B on 8 A100s over PCIe Gen4: every step waits on all-reduces",
             EngineConfig(Deployment(A100, LLAMA70, tp=8, interconnect=interconnect_for(A100, "pcie4"))),
             LoadSpec(users=64, prompt_tokens=512, output_tokens=128, output_spread=SPREAD),
         ),
     )
-}  # fmt: skip
+}
 
 
 def get_preset(name: str) -> Preset:

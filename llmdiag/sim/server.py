@@ -82,8 +82,27 @@ SHUTDOWN_SECONDS = 2.0
 MAX_TIMED_REQUESTS = 4096  # server-side timings kept, newest first out
 LISTEN_BACKLOG = 4096  # a thousand users connect at once
 VOCABULARY_SIZE = 32_000  # /tokenize's ids: a hash of each word (the engine needs only counts)
-WORDS = ("the", "model", "answers", "with", "plain", "words", "so", "that", "every", "token", "is", "one", "word",
-         "and", "nothing", "needs", "escaping", "in", "json")  # fmt: skip
+WORDS = (
+    "the",
+    "model",
+    "answers",
+    "with",
+    "plain",
+    "words",
+    "so",
+    "that",
+    "every",
+    "token",
+    "is",
+    "one",
+    "word",
+    "and",
+    "nothing",
+    "needs",
+    "escaping",
+    "in",
+    "json",
+)
 
 
 @dataclass(frozen=True)
@@ -208,8 +227,10 @@ class _SseEvents:
         self.object = "chat.completion.chunk" if chat else "text_completion"
         self.created = int(time.time())
         self.model_json = model_json
-        self.head = (f'data: {{"id":"{self.id}","object":"{self.object}","created":{self.created},'
-                     f'"model":{model_json},"choices":[{{"index":0,')  # fmt: skip
+        self.head = (
+            f'data: {{"id":"{self.id}","object":"{self.object}","created":{self.created},'
+            f'"model":{model_json},"choices":[{{"index":0,'
+        )
 
     def role(self) -> bytes:
         delta = '"delta":{"role":"assistant","content":""}'
@@ -220,15 +241,26 @@ class _SseEvents:
         if self.chat:
             delta = f'"delta":{{"content":"{text}"}}'
             return f'{self.head}{delta},"logprobs":null,"finish_reason":{reason}}}]}}\n\n'.encode()
-        return (f'{self.head}"text":"{text}","logprobs":null,"finish_reason":{reason},"stop_reason":null}}],'
-                '"usage":null}\n\n').encode()  # fmt: skip
+        return (
+            f'{self.head}"text":"{text}","logprobs":null,"finish_reason":{reason},"stop_reason":null}}],'
+            '"usage":null}\n\n'
+        ).encode()
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
         """The last event with stream_options.include_usage: no choices, the token counts."""
-        numbers = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-                   "completion_tokens": completion_tokens}  # fmt: skip
-        chunk = {"id": self.id, "object": self.object, "created": self.created, "model": json.loads(self.model_json),
-                 "choices": [], "usage": numbers}  # fmt: skip
+        numbers = {
+            "prompt_tokens": prompt_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens,
+        }
+        chunk = {
+            "id": self.id,
+            "object": self.object,
+            "created": self.created,
+            "model": json.loads(self.model_json),
+            "choices": [],
+            "usage": numbers,
+        }
         return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
 
 
@@ -245,8 +277,13 @@ class RequestTimings:
         self.status: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"received_at": self.received_at, "event_times": self.event_times, "event_tokens": self.event_tokens,
-                "ended_at": self.ended_at, "status": self.status}  # fmt: skip
+        return {
+            "received_at": self.received_at,
+            "event_times": self.event_times,
+            "event_tokens": self.event_tokens,
+            "ended_at": self.ended_at,
+            "status": self.status,
+        }
 
 
 class TimingLog:
@@ -267,8 +304,12 @@ class TimingLog:
         return timings
 
     def snapshot(self, clear: bool = False) -> dict[str, Any]:
-        out = {"clock": "time.monotonic", "capacity": self.capacity, "dropped": self.dropped,
-               "requests": {rid: t.as_dict() for rid, t in self.requests.items()}}  # fmt: skip
+        out = {
+            "clock": "time.monotonic",
+            "capacity": self.capacity,
+            "dropped": self.dropped,
+            "requests": {rid: t.as_dict() for rid, t in self.requests.items()},
+        }
         if clear:
             self.requests = OrderedDict()
             self.dropped = 0
@@ -348,8 +389,9 @@ class SimApp:
         self._model_json = json.dumps(self.model)
         self._text = _Text(config.engine.model_len)
         self._ids = itertools.count(1)
-        state = SimState(self.engine, self.runner.clock, self.wall_start, self.http, self.model,
-                         config.engine.model_len)  # fmt: skip
+        state = SimState(
+            self.engine, self.runner.clock, self.wall_start, self.http, self.model, config.engine.model_len
+        )
         self.pages = dict(self.dialect.setup(state))
         middlewares = [_forget_arrival]
         if self.dialect.headers:
@@ -389,8 +431,9 @@ class SimApp:
         self.model = config.engine.served_model_name
         self._model_json = json.dumps(self.model)
         self._text = _Text(config.engine.model_len)
-        state = SimState(self.engine, self.runner.clock, self.wall_start, self.http, self.model,
-                         config.engine.model_len)  # fmt: skip
+        state = SimState(
+            self.engine, self.runner.clock, self.wall_start, self.http, self.model, config.engine.model_len
+        )
         self.pages = dict(self.dialect.setup(state))
         self.runner.wake()
 
@@ -404,8 +447,15 @@ class SimApp:
 
     async def models(self, request: web.Request) -> web.Response:
         created = int(self.wall_start)
-        card = {"id": self.model, "object": "model", "created": created, "owned_by": self.dialect.owned_by,
-                "root": self.model, "parent": None, "max_model_len": self.config.engine.model_len}  # fmt: skip
+        card = {
+            "id": self.model,
+            "object": "model",
+            "created": created,
+            "owned_by": self.dialect.owned_by,
+            "root": self.model,
+            "parent": None,
+            "max_model_len": self.config.engine.model_len,
+        }
         return web.json_response({"object": "list", "data": [card]})
 
     async def sim_stats(self, request: web.Request) -> web.Response:
@@ -413,8 +463,9 @@ class SimApp:
 
     async def sim_timings(self, request: web.Request) -> web.Response:
         if self.timings is None:
-            return error_response(404, "timings are not recorded: start the simulator with record_timings=True",
-                                  "NotFoundError")  # fmt: skip
+            return error_response(
+                404, "timings are not recorded: start the simulator with record_timings=True", "NotFoundError"
+            )
         return web.json_response(self.timings.snapshot(clear=request.query.get("clear") in ("1", "true")))
 
     def _serves(self, body: dict[str, Any]) -> bool:
@@ -436,8 +487,9 @@ class SimApp:
             return error_response(400, str(exc))
         tokens = [_token_id(w) for w in words]
         strs = words if body.get("return_token_strs") else None
-        return web.json_response({"count": len(tokens), "max_model_len": self.config.engine.model_len,
-                                  "tokens": tokens, "token_strs": strs})  # fmt: skip
+        return web.json_response(
+            {"count": len(tokens), "max_model_len": self.config.engine.model_len, "tokens": tokens, "token_strs": strs}
+        )
 
     def snapshot(self) -> dict[str, Any]:
         engine, stats = self.engine, self.engine.stats
@@ -551,11 +603,17 @@ class SimApp:
         sim.listener = on_output
         await done
         text = self._text.span(0, sim.generated)
-        usage = {"prompt_tokens": sim.prompt_tokens, "total_tokens": sim.prompt_tokens + sim.generated,
-                 "completion_tokens": sim.generated}  # fmt: skip
-        head = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{sim.request_id}",
-                "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-                "model": self.model}  # fmt: skip
+        usage = {
+            "prompt_tokens": sim.prompt_tokens,
+            "total_tokens": sim.prompt_tokens + sim.generated,
+            "completion_tokens": sim.generated,
+        }
+        head = {
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{sim.request_id}",
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": self.model,
+        }
         choice: dict[str, Any] = {"index": 0}
         if chat:
             choice["message"] = {"role": "assistant", "content": text}
@@ -577,8 +635,9 @@ class SimApp:
 
         sim.listener = on_output
         events = _SseEvents(sim.request_id, self._model_json, chat)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
-                                               "Cache-Control": "no-cache"})  # fmt: skip
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+        )
         await response.prepare(request)
         try:
             pending = events.role() if chat else b""  # vLLM's first chat event names the role
@@ -802,8 +861,9 @@ class SimServer:
         if self._loop is None or self.app is None:
             raise RuntimeError("the server is not running")
         config = as_config(preset_or_config)
-        config = SimConfig(config.engine, self.config.default_max_tokens, self.config.stop_after_tokens,
-                           self.config.time_scale)  # fmt: skip
+        config = SimConfig(
+            config.engine, self.config.default_max_tokens, self.config.stop_after_tokens, self.config.time_scale
+        )
         self.config = config
         app = self.app
 
@@ -843,8 +903,9 @@ class SimServer:
         app = SimApp(self.config, self._timings, self.dialect)
         self.app = app
         # handler_cancellation: a client that hangs up cancels its handler, which aborts its request
-        runner = web.AppRunner(app.web_app, access_log=None, handler_cancellation=True,
-                               shutdown_timeout=SHUTDOWN_SECONDS)  # fmt: skip
+        runner = web.AppRunner(
+            app.web_app, access_log=None, handler_cancellation=True, shutdown_timeout=SHUTDOWN_SECONDS
+        )
         await runner.setup()
         listener = None
         if self._timings is not None and isinstance(runner.server, web.Server):
@@ -934,10 +995,18 @@ class ClosedLoopLoad(BackgroundLoad):
         # no idle timeout worth the name: a deep simulated queue can hold a request for minutes; the run's own
         # deadline bounds it
         super().__init__(
-            base_url, plan, users=load.users, duration_seconds=max_seconds, max_requests=max_requests, model=model,
-            timeout_seconds=max(max_seconds, 60.0), on_result=self.stats.add,
-            error_backoff_seconds=error_backoff_seconds, seed=seed, name="llmdiag-sim-load",
-        )  # fmt: skip
+            base_url,
+            plan,
+            users=load.users,
+            duration_seconds=max_seconds,
+            max_requests=max_requests,
+            model=model,
+            timeout_seconds=max(max_seconds, 60.0),
+            on_result=self.stats.add,
+            error_backoff_seconds=error_backoff_seconds,
+            seed=seed,
+            name="llmdiag-sim-load",
+        )
 
 
 def run_for(server: SimServer, load: LoadSpec, seconds: float, **kwargs: Any) -> LoadStats:

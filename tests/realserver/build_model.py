@@ -75,17 +75,17 @@ def build_tokenizer(out: Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
     files = _training_files()
-    print(f"training BPE tokenizer (vocab {VOCAB_SIZE}) on {len(files)} stdlib files",
-          file=sys.stderr)
+    print(f"training BPE tokenizer (vocab {VOCAB_SIZE}) on {len(files)} stdlib files", file=sys.stderr)
     bpe = ByteLevelBPETokenizer()
-    bpe.train(files=files, vocab_size=VOCAB_SIZE, min_frequency=2,
-              special_tokens=SPECIAL_TOKENS, show_progress=False)
+    bpe.train(files=files, vocab_size=VOCAB_SIZE, min_frequency=2, special_tokens=SPECIAL_TOKENS, show_progress=False)
     bos_id = bpe.token_to_id("<s>")
-    bpe.post_processor = TemplateProcessing(
-        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos_id)])
+    bpe.post_processor = TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos_id)])
     tok = PreTrainedTokenizerFast(
         tokenizer_object=bpe._tokenizer,
-        bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
         model_max_length=MAX_POSITIONS,
     )
     tok.chat_template = CHAT_TEMPLATE
@@ -113,8 +113,9 @@ def build_tiny(out: Path) -> None:
 
     build_tokenizer(out)
     torch.manual_seed(0)
-    cfg = _llama_config(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, intermediate_size=512)
+    cfg = _llama_config(
+        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=512
+    )
     model = LlamaForCausalLM(cfg).to(torch.bfloat16)
     n = sum(p.numel() for p in model.parameters())
     print(f"tiny model: {n / 1e6:.2f} M parameters", file=sys.stderr)
@@ -124,8 +125,9 @@ def build_tiny(out: Path) -> None:
 
 def build_dummy139m(out: Path) -> None:
     build_tokenizer(out)
-    cfg = _llama_config(hidden_size=1024, num_hidden_layers=12, num_attention_heads=16,
-                        num_key_value_heads=4, intermediate_size=2816)
+    cfg = _llama_config(
+        hidden_size=1024, num_hidden_layers=12, num_attention_heads=16, num_key_value_heads=4, intermediate_size=2816
+    )
     cfg.architectures = ["LlamaForCausalLM"]  # set by the model class otherwise
     cfg.save_pretrained(str(out))
     _write_generation_config(out)
@@ -137,8 +139,9 @@ def build_dummy139m(out: Path) -> None:
 
 
 def _write_generation_config(out: Path) -> None:
-    (out / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 3}, indent=2) + "\n")
+    (out / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 3}, indent=2) + "\n"
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -41,8 +41,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         numbers = ""
         if primary:
             numbers = ", ".join(
-                f"{e['signal']}{'' if e['stat'] == 'value' else '.' + e['stat']}="
-                f"{e['value']:.3g}" if isinstance(e["value"], (int, float)) else f"{e['signal']}=unavailable"
+                f"{e['signal']}{'' if e['stat'] == 'value' else '.' + e['stat']}={e['value']:.3g}"
+                if isinstance(e["value"], (int, float))
+                else f"{e['signal']}=unavailable"
                 for e in primary["evidence"][:4]
             )
         write(
@@ -58,8 +59,7 @@ def vllm_tests_enabled() -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     # The `vllm` marker is registered by tests/conftest.py; register whatever
     # is still missing here so --strict-markers never trips on these files.
-    known = {line.split(":", 1)[0].split("(", 1)[0].strip()
-             for line in config.getini("markers")}
+    known = {line.split(":", 1)[0].split("(", 1)[0].strip() for line in config.getini("markers")}
     for name, doc in (
         ("vllm", "needs a real vLLM server on CPU (runs only with LLMDIAG_VLLM_TESTS=1)"),
         ("slow", "slow test (minutes)"),

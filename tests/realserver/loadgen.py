@@ -21,16 +21,99 @@ from llmdiag.collect.requests import BackgroundLoad, OpenAIClient, PromptFactory
 
 # Short common words; most are one or two tokens in the stdlib-trained BPE.
 WORDS = (
-    "the", "of", "and", "to", "in", "is", "for", "on", "that", "with", "as", "by", "it",
-    "at", "from", "this", "be", "or", "are", "an", "not", "if", "else", "return", "import",
-    "def", "class", "self", "none", "true", "false", "value", "name", "data", "list",
-    "dict", "type", "file", "path", "line", "text", "time", "size", "item", "key", "error",
-    "result", "test", "object", "string", "number", "index", "start", "end", "read",
-    "write", "open", "close", "call", "args", "kwargs", "default", "module", "method",
-    "function", "local", "global", "node", "tree", "next", "first", "last", "count",
-    "total", "state", "mode", "flag", "info", "level", "format", "print", "buffer",
-    "stream", "socket", "server", "client", "request", "response", "header", "body",
-    "status", "code", "message",
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "for",
+    "on",
+    "that",
+    "with",
+    "as",
+    "by",
+    "it",
+    "at",
+    "from",
+    "this",
+    "be",
+    "or",
+    "are",
+    "an",
+    "not",
+    "if",
+    "else",
+    "return",
+    "import",
+    "def",
+    "class",
+    "self",
+    "none",
+    "true",
+    "false",
+    "value",
+    "name",
+    "data",
+    "list",
+    "dict",
+    "type",
+    "file",
+    "path",
+    "line",
+    "text",
+    "time",
+    "size",
+    "item",
+    "key",
+    "error",
+    "result",
+    "test",
+    "object",
+    "string",
+    "number",
+    "index",
+    "start",
+    "end",
+    "read",
+    "write",
+    "open",
+    "close",
+    "call",
+    "args",
+    "kwargs",
+    "default",
+    "module",
+    "method",
+    "function",
+    "local",
+    "global",
+    "node",
+    "tree",
+    "next",
+    "first",
+    "last",
+    "count",
+    "total",
+    "state",
+    "mode",
+    "flag",
+    "info",
+    "level",
+    "format",
+    "print",
+    "buffer",
+    "stream",
+    "socket",
+    "server",
+    "client",
+    "request",
+    "response",
+    "header",
+    "body",
+    "status",
+    "code",
+    "message",
 )
 
 
@@ -41,10 +124,10 @@ class LoadStats:
     http_errors: Counter = field(default_factory=Counter)  # status -> count
     # errors sent inside an already started (HTTP 200) stream, by their "code"
     stream_errors: Counter = field(default_factory=Counter)
-    exceptions: Counter = field(default_factory=Counter)   # exception type -> count
+    exceptions: Counter = field(default_factory=Counter)  # exception type -> count
     cancelled: int = 0
     completion_tokens: int = 0
-    ttfts: list = field(default_factory=list)      # client-side seconds
+    ttfts: list = field(default_factory=list)  # client-side seconds
     latencies: list = field(default_factory=list)  # client-side seconds (ok requests)
     last_error: str | None = None
     error_messages: Counter = field(default_factory=Counter)  # first 160 chars -> count
@@ -53,8 +136,7 @@ class LoadStats:
 
     @property
     def errors_total(self) -> int:
-        return (sum(self.http_errors.values()) + sum(self.stream_errors.values())
-                + sum(self.exceptions.values()))
+        return sum(self.http_errors.values()) + sum(self.stream_errors.values()) + sum(self.exceptions.values())
 
     def count_status(self, status: int) -> int:
         """Requests rejected with this status, as an HTTP status or in-stream error."""
@@ -66,12 +148,14 @@ class LoadStats:
                 return None
             s = sorted(xs)
             return s[min(len(s) - 1, int(q * len(s)))]
+
         return {
-            "started": self.started, "ok": self.ok,
+            "started": self.started,
+            "ok": self.ok,
             "http_errors": {str(k): v for k, v in sorted(self.http_errors.items())},
-            "stream_errors": {str(k): v for k, v in sorted(self.stream_errors.items(),
-                                                           key=lambda kv: str(kv[0]))},
-            "exceptions": dict(self.exceptions), "cancelled": self.cancelled,
+            "stream_errors": {str(k): v for k, v in sorted(self.stream_errors.items(), key=lambda kv: str(kv[0]))},
+            "exceptions": dict(self.exceptions),
+            "cancelled": self.cancelled,
             "completion_tokens": self.completion_tokens,
             "client_ttft_p50": pct(self.ttfts, 0.5),
             "client_latency_p50": pct(self.latencies, 0.5),
@@ -83,11 +167,20 @@ class LoadStats:
 
 
 class Load(BackgroundLoad):
-    def __init__(self, base_url: str, model: str, *, users: int = 4,
-                 prompt_tokens: int = 64, output_tokens: int = 128,
-                 max_seconds: float = 120.0, max_requests: int = 100_000,
-                 error_backoff: float = 0.1, request_timeout: float = 600.0,
-                 seed: int | None = 0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        users: int = 4,
+        prompt_tokens: int = 64,
+        output_tokens: int = 128,
+        max_seconds: float = 120.0,
+        max_requests: int = 100_000,
+        error_backoff: float = 0.1,
+        request_timeout: float = 600.0,
+        seed: int | None = 0,
+    ) -> None:
         self.model = model
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
@@ -96,9 +189,17 @@ class Load(BackgroundLoad):
         self.stats = LoadStats()
         self.prompts: PromptFactory | None = None
         super().__init__(
-            base_url, self._next_request, users=users, duration_seconds=max_seconds, max_requests=max_requests,
-            model=model, timeout_seconds=request_timeout, on_result=self._count, prepare=self._calibrate,
-            error_backoff_seconds=error_backoff, seed=random.randrange(2**32) if seed is None else seed,
+            base_url,
+            self._next_request,
+            users=users,
+            duration_seconds=max_seconds,
+            max_requests=max_requests,
+            model=model,
+            timeout_seconds=request_timeout,
+            on_result=self._count,
+            prepare=self._calibrate,
+            error_backoff_seconds=error_backoff,
+            seed=random.randrange(2**32) if seed is None else seed,
         )
 
     async def _calibrate(self, client: OpenAIClient) -> None:
@@ -112,8 +213,9 @@ class Load(BackgroundLoad):
     async def _next_request(self) -> RequestPlan:
         assert self.prompts is not None
         self.stats.started += 1
-        return RequestPlan(await self.prompts.prompt(self.prompt_tokens), self.output_tokens,
-                           extra_body={"temperature": 1.0})
+        return RequestPlan(
+            await self.prompts.prompt(self.prompt_tokens), self.output_tokens, extra_body={"temperature": 1.0}
+        )
 
     def _count(self, result: RequestResult) -> None:
         stats = self.stats

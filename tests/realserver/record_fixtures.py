@@ -53,7 +53,7 @@ README_ORDER = ORDER + ("scheduling-starved",)
 # --------------------------------------------------------------------------
 # minimal exposition-format reader (only what the summary needs)
 # --------------------------------------------------------------------------
-_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$')
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -75,8 +75,7 @@ def parse(text: str) -> list[tuple[str, dict, float]]:
 
 
 def total(samples, name: str, **match) -> float | None:
-    vals = [v for n, lab, v in samples if n == name
-            and all(lab.get(k) == want for k, want in match.items())]
+    vals = [v for n, lab, v in samples if n == name and all(lab.get(k) == want for k, want in match.items())]
     return sum(vals) if vals else None
 
 
@@ -124,15 +123,13 @@ def summarize(scrapes: list[tuple[float, str]]) -> dict:
         vals = [v for v in vals if v is not None]
         if not vals:
             return None
-        return {"min": min(vals), "max": max(vals), "mean": sum(vals) / len(vals),
-                "values": vals}
+        return {"min": min(vals), "max": max(vals), "mean": sum(vals) / len(vals), "values": vals}
 
     def counter(name, **match):
         a, b = total(first, name, **match), total(last, name, **match)
         if a is None or b is None:
             return None
-        return {"first": a, "last": b, "delta": b - a,
-                "rate": (b - a) / window if window > 0 else None}
+        return {"first": a, "last": b, "delta": b - a, "rate": (b - a) / window if window > 0 else None}
 
     def hist(family):
         a, b = buckets(first, family), buckets(last, family)
@@ -144,13 +141,18 @@ def summarize(scrapes: list[tuple[float, str]]) -> dict:
         s_b = total(last, family + "_sum") or 0.0
         res = {"window_count": n_window, "cumulative_count": b[-1][1]}
         if n_window > 0:
-            res.update(window_p50=quantile(d, 0.5), window_p90=quantile(d, 0.9),
-                       window_p50_bucket=quantile_bucket(d, 0.5),
-                       window_mean=(s_b - s_a) / n_window)
+            res.update(
+                window_p50=quantile(d, 0.5),
+                window_p90=quantile(d, 0.9),
+                window_p50_bucket=quantile_bucket(d, 0.5),
+                window_mean=(s_b - s_a) / n_window,
+            )
         if b[-1][1] > 0:
-            res.update(cumulative_p50=quantile(b, 0.5),
-                       cumulative_p50_bucket=quantile_bucket(b, 0.5),
-                       cumulative_mean=(total(last, family + "_sum") or 0.0) / b[-1][1])
+            res.update(
+                cumulative_p50=quantile(b, 0.5),
+                cumulative_p50_bucket=quantile_bucket(b, 0.5),
+                cumulative_mean=(total(last, family + "_sum") or 0.0) / b[-1][1],
+            )
         return res
 
     cache_info = [lab for n, lab, _ in last if n == "vllm:cache_config_info"]
@@ -164,8 +166,7 @@ def summarize(scrapes: list[tuple[float, str]]) -> dict:
         "generation_tokens": counter("vllm:generation_tokens_total"),
         "prompt_tokens": counter("vllm:prompt_tokens_total"),
         "admission_rejections": counter("vllm:admission_rejections_total"),
-        "requests_finished_length": counter("vllm:request_success_total",
-                                            finished_reason="length"),
+        "requests_finished_length": counter("vllm:request_success_total", finished_reason="length"),
         "requests_aborted": counter("vllm:request_success_total", finished_reason="abort"),
         "ttft_seconds": hist("vllm:time_to_first_token_seconds"),
         "itl_seconds": hist("vllm:inter_token_latency_seconds"),
@@ -186,8 +187,9 @@ def gauge_by_reason(parsed, reason: str):
 
 
 # --------------------------------------------------------------------------
-def record_state(server: VllmServer, spec: StateSpec, out: Path, *, warmup: float,
-                 scrapes: int, interval: float) -> dict:
+def record_state(
+    server: VllmServer, spec: StateSpec, out: Path, *, warmup: float, scrapes: int, interval: float
+) -> dict:
     sdir = out / spec.name
     sdir.mkdir(parents=True, exist_ok=True)
     for old in sdir.glob("scrape-*.prom"):
@@ -197,9 +199,14 @@ def record_state(server: VllmServer, spec: StateSpec, out: Path, *, warmup: floa
     t_start = time.time()
     max_seconds = warmup + scrapes * interval + 60
     if spec.users:
-        load = Load(server.base_url, server.model_name, users=spec.users,
-                    prompt_tokens=spec.prompt_tokens, output_tokens=spec.output_tokens,
-                    max_seconds=max_seconds).start()
+        load = Load(
+            server.base_url,
+            server.model_name,
+            users=spec.users,
+            prompt_tokens=spec.prompt_tokens,
+            output_tokens=spec.output_tokens,
+            max_seconds=max_seconds,
+        ).start()
     try:
         time.sleep(warmup)
         for i in range(scrapes):
@@ -208,12 +215,10 @@ def record_state(server: VllmServer, spec: StateSpec, out: Path, *, warmup: floa
             t = time.time()
             body = scrape_metrics(server.base_url, timeout=30)
             taken.append((t, body))
-            with open(sdir / f"scrape-{i + 1:02d}.prom", "w", encoding="utf-8",
-                      newline="") as fh:
+            with open(sdir / f"scrape-{i + 1:02d}.prom", "w", encoding="utf-8", newline="") as fh:
                 fh.write(f"# llmdiag-scraped-at: {t:.3f}\n")
                 fh.write(body)
-            print(f"  {spec.name}: scrape {i + 1}/{scrapes} ({len(body)} bytes)",
-                  file=sys.stderr, flush=True)
+            print(f"  {spec.name}: scrape {i + 1}/{scrapes} ({len(body)} bytes)", file=sys.stderr, flush=True)
         if load is not None and not load.running:
             raise RuntimeError(f"load ended early: {load.error!r} {load.stats.as_dict()}")
     finally:
@@ -230,13 +235,25 @@ def record_state(server: VllmServer, spec: StateSpec, out: Path, *, warmup: floa
         "model": spec.model,
         "served_model_name": spec.served_model_name,
         "server_args": list(spec.server_args),
-        "env": {"VLLM_CPU_KVCACHE_SPACE": (str(spec.kvcache_space_gib)
-                                           if spec.kvcache_space_gib is not None else None)},
+        "env": {
+            "VLLM_CPU_KVCACHE_SPACE": (str(spec.kvcache_space_gib) if spec.kvcache_space_gib is not None else None)
+        },
         "engine_nice": spec.engine_nice,
-        "load": ({"users": spec.users, "prompt_tokens": spec.prompt_tokens,
-                  "output_tokens": spec.output_tokens, "stream": True, "ignore_eos": True,
-                  "endpoint": "/v1/completions"} if spec.users else None),
-        "warmup_seconds": warmup, "scrapes": scrapes, "interval_seconds": interval,
+        "load": (
+            {
+                "users": spec.users,
+                "prompt_tokens": spec.prompt_tokens,
+                "output_tokens": spec.output_tokens,
+                "stream": True,
+                "ignore_eos": True,
+                "endpoint": "/v1/completions",
+            }
+            if spec.users
+            else None
+        ),
+        "warmup_seconds": warmup,
+        "scrapes": scrapes,
+        "interval_seconds": interval,
         "server_startup_seconds": server.startup_seconds,
         "loadgen": load.stats.as_dict() if load else None,
         "machine": {"cpus": _cpu_count(), "platform": platform.platform()},
@@ -248,6 +265,7 @@ def record_state(server: VllmServer, spec: StateSpec, out: Path, *, warmup: floa
 
 def _cpu_count() -> int:
     import os
+
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
@@ -259,8 +277,13 @@ def _json_default(o):
 
 def make_server(spec: StateSpec) -> VllmServer:
     model = ensure_dummy_139m_model() if spec.model == "dummy139m" else ensure_tiny_model()
-    return VllmServer(model, model_name=spec.served_model_name, extra_args=spec.server_args,
-                      kvcache_space_gib=spec.kvcache_space_gib, engine_nice=spec.engine_nice)
+    return VllmServer(
+        model,
+        model_name=spec.served_model_name,
+        extra_args=spec.server_args,
+        kvcache_space_gib=spec.kvcache_space_gib,
+        engine_nice=spec.engine_nice,
+    )
 
 
 # --------------------------------------------------------------------------
@@ -412,7 +435,8 @@ def write_readme(out: Path) -> None:
             f"{'VLLM_CPU_KVCACHE_SPACE=' + env if env else 'VLLM_CPU_KVCACHE_SPACE unset'} | "
             f"{m.get('engine_nice', 19) if m.get('engine_nice', 19) is not None else 'not reniced'} | "
             f"{_load_cell(load)} | "
-            f"{_fmt(m['server_startup_seconds'], 2)} |")
+            f"{_fmt(m['server_startup_seconds'], 2)} |"
+        )
     lines += [
         "",
         "## Observed values (over the recorded window, first to last scrape)",
@@ -441,16 +465,19 @@ def write_readme(out: Path) -> None:
             f"{_p50(o['ttft_seconds'])} | {_p50(o['itl_seconds'])} | "
             f"{_p50(o['queue_time_seconds'])} | {_p50(o['prefill_time_seconds'])} | "
             f"{_count503(lg) if lg else '–'} | "
-            f"{lg.get('ok', '–') if lg else '–'} |")
+            f"{lg.get('ok', '–') if lg else '–'} |"
+        )
     lines += ["", "## Notes per state", ""]
     for m in metas:
         lg = m["loadgen"] or {}
         extra = ""
         if lg:
-            extra = (f" Client side: {lg.get('ok')} requests OK, client TTFT p50 "
-                     f"{_fmt(lg.get('client_ttft_p50'))} s, latency p50 "
-                     f"{_fmt(lg.get('client_latency_p50'))} s; prompt measured "
-                     f"{lg.get('prompt_tokens_measured')} tokens.")
+            extra = (
+                f" Client side: {lg.get('ok')} requests OK, client TTFT p50 "
+                f"{_fmt(lg.get('client_ttft_p50'))} s, latency p50 "
+                f"{_fmt(lg.get('client_latency_p50'))} s; prompt measured "
+                f"{lg.get('prompt_tokens_measured')} tokens."
+            )
         lines.append(f"* **{m['state']}**: {m['notes']}.{extra}")
     lines += ["", NOTES.rstrip()]
     (out / "README.md").write_text("\n".join(lines) + "\n")
@@ -458,8 +485,9 @@ def write_readme(out: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.realserver.record_fixtures")
-    ap.add_argument("states", nargs="*", default=list(ORDER),
-                    help=f"default: {' '.join(ORDER)}; also: scheduling-starved")
+    ap.add_argument(
+        "states", nargs="*", default=list(ORDER), help=f"default: {' '.join(ORDER)}; also: scheduling-starved"
+    )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--warmup", type=float, default=WARMUP)
     ap.add_argument("--scrapes", type=int, default=SCRAPES)

@@ -35,10 +35,13 @@ LOAD_SECONDS = WARMUP_SECONDS + SCAN_DURATION + 150
 BOTTLENECKS = {"memory", "compute", "scheduling", "network", "healthy", "idle", "unknown"}
 SEVERITIES = {"warning", "critical"}
 GAUGE_SIGNALS = ("requests_running", "requests_waiting", "kv_cache_usage_ratio")
-COUNTER_SIGNALS = ("preemptions_per_second", "generation_tokens_per_second",
-                   "prompt_tokens_per_second", "admission_rejections_per_second")
-HISTOGRAM_SIGNALS = ("ttft_seconds", "itl_seconds", "queue_time_seconds",
-                     "prefill_time_seconds")
+COUNTER_SIGNALS = (
+    "preemptions_per_second",
+    "generation_tokens_per_second",
+    "prompt_tokens_per_second",
+    "admission_rejections_per_second",
+)
+HISTOGRAM_SIGNALS = ("ttft_seconds", "itl_seconds", "queue_time_seconds", "prefill_time_seconds")
 STAT_NAMES = {
     **{s: ("last", "mean", "min", "max") for s in GAUGE_SIGNALS},
     **{s: ("rate", "increase") for s in COUNTER_SIGNALS},
@@ -63,30 +66,30 @@ class Scan:
 
     def stat(self, signal: str, stat: str) -> float:
         sig = self.signal(signal)
-        assert sig.get("unavailable") is None, self.describe(
-            f"signal {signal} unavailable: {sig.get('unavailable')}")
+        assert sig.get("unavailable") is None, self.describe(f"signal {signal} unavailable: {sig.get('unavailable')}")
         assert stat in sig["stats"], self.describe(f"{signal} has no stat {stat}")
         return sig["stats"][stat]
 
     def findings(self, category: str | None = None) -> list[dict]:
-        return [f for f in self.data["findings"]
-                if category is None or f["category"] == category]
+        return [f for f in self.data["findings"] if category is None or f["category"] == category]
 
     def describe(self, msg: str) -> str:
-        return (f"{msg}\n--- scan exit status {self.rc}; JSON:\n"
-                f"{json.dumps(self.data, indent=1)[:6000]}\n--- stderr:\n{self.stderr[-3000:]}")
+        return (
+            f"{msg}\n--- scan exit status {self.rc}; JSON:\n"
+            f"{json.dumps(self.data, indent=1)[:6000]}\n--- stderr:\n{self.stderr[-3000:]}"
+        )
 
 
 def run_scan(server: VllmServer, duration: int = SCAN_DURATION) -> Scan:
-    cmd = [sys.executable, "-m", "llmdiag", "scan", server.base_url,
-           "--duration", str(duration), "--json"]
+    cmd = [sys.executable, "-m", "llmdiag", "scan", server.base_url, "--duration", str(duration), "--json"]
     started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=duration + 180)
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=duration + 180)
     wall = time.monotonic() - started
-    context = (f"command: {cmd}\nexit status: {proc.returncode}\n--- stdout:\n"
-               f"{proc.stdout[-4000:]}\n--- stderr:\n{proc.stderr[-4000:]}\n"
-               f"--- server log tail ({server.log_path}):\n{server.log_tail(3000)}")
+    context = (
+        f"command: {cmd}\nexit status: {proc.returncode}\n--- stdout:\n"
+        f"{proc.stdout[-4000:]}\n--- stderr:\n{proc.stderr[-4000:]}\n"
+        f"--- server log tail ({server.log_path}):\n{server.log_tail(3000)}"
+    )
     # exit status 2 means usage/runtime error; 0/1 are diagnoses.
     assert proc.returncode in (0, 1), f"scan failed\n{context}"
     try:
@@ -119,18 +122,21 @@ def check_structure(scan: Scan) -> None:
         for ev in f["evidence"]:
             for key in ("signal", "stat", "value", "unit", "threshold"):
                 assert key in ev, scan.describe(f"evidence lacks {key}: {ev}")
-            assert isinstance(ev["signal"], str) and isinstance(ev["stat"], str), \
-                scan.describe(f"evidence signal/stat: {ev}")
+            assert isinstance(ev["signal"], str) and isinstance(ev["stat"], str), scan.describe(
+                f"evidence signal/stat: {ev}"
+            )
 
     signals = d.get("signals")
     assert isinstance(signals, dict), scan.describe("signals is not a mapping")
     for name, stats in STAT_NAMES.items():
         assert name in signals, scan.describe(f"signal {name} missing")
         sig = signals[name]
-        assert isinstance(sig, dict) and "stats" in sig and "unavailable" in sig, \
-            scan.describe(f"signal {name} malformed: {sig}")
-        assert sig["unavailable"] is None or isinstance(sig["unavailable"], str), \
-            scan.describe(f"signal {name}.unavailable: {sig['unavailable']!r}")
+        assert isinstance(sig, dict) and "stats" in sig and "unavailable" in sig, scan.describe(
+            f"signal {name} malformed: {sig}"
+        )
+        assert sig["unavailable"] is None or isinstance(sig["unavailable"], str), scan.describe(
+            f"signal {name}.unavailable: {sig['unavailable']!r}"
+        )
         assert isinstance(sig["stats"], dict), scan.describe(f"signal {name}.stats")
         for stat_name, value in sig["stats"].items():
             assert _is_number(value), scan.describe(f"{name}.{stat_name} = {value!r}")
@@ -151,8 +157,19 @@ CHECK_SECONDS = 10
 
 def run_check(server: VllmServer, out: Path) -> subprocess.CompletedProcess[str]:
     """`llmdiag check` as cron runs it: the Nagios status line, a textfile and a history, in ``out``."""
-    cmd = [sys.executable, "-m", "llmdiag", "check", server.base_url, "--duration", str(CHECK_SECONDS),
-           "--textfile", str(out), "--history", str(out / "history.sqlite")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmdiag",
+        "check",
+        server.base_url,
+        "--duration",
+        str(CHECK_SECONDS),
+        "--textfile",
+        str(out),
+        "--history",
+        str(out / "history.sqlite"),
+    ]
     return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=CHECK_SECONDS + 180)
 
 
@@ -164,9 +181,14 @@ def drive_and_scan(
     assert server.is_running(), f"server died before the test\n{server.log_tail()}"
     if spec.users == 0:
         return run_scan(server), None
-    with Load(server.base_url, server.model_name, users=spec.users,
-              prompt_tokens=spec.prompt_tokens, output_tokens=spec.output_tokens,
-              max_seconds=LOAD_SECONDS) as load:
+    with Load(
+        server.base_url,
+        server.model_name,
+        users=spec.users,
+        prompt_tokens=spec.prompt_tokens,
+        output_tokens=spec.output_tokens,
+        max_seconds=LOAD_SECONDS,
+    ) as load:
         time.sleep(WARMUP_SECONDS)
         assert load.running, f"load ended early: {load.error!r} {load.stats.as_dict()}"
         scan = run_scan(server)
@@ -183,15 +205,19 @@ def drive_and_scan(
 def start_server(spec: StateSpec, tiny_model: Path, dummy_model: Path | None = None) -> VllmServer:
     model = dummy_model if spec.model == "dummy139m" else tiny_model
     assert model is not None
-    return VllmServer(model, model_name=spec.served_model_name,
-                      extra_args=spec.server_args,
-                      kvcache_space_gib=spec.kvcache_space_gib,
-                      engine_nice=spec.engine_nice)
+    return VllmServer(
+        model,
+        model_name=spec.served_model_name,
+        extra_args=spec.server_args,
+        kvcache_space_gib=spec.kvcache_space_gib,
+        engine_nice=spec.engine_nice,
+    )
 
 
 def assert_bottleneck(scan: Scan, expected: str) -> None:
     assert scan.data["bottleneck"] == expected, scan.describe(
-        f"expected bottleneck {expected!r}, got {scan.data['bottleneck']!r}")
+        f"expected bottleneck {expected!r}, got {scan.data['bottleneck']!r}"
+    )
 
 
 def finding_evidence(scan: Scan, code: str) -> dict[tuple[str, str], float | None]:
@@ -259,14 +285,36 @@ def test_load_sweep_on_max_num_seqs_2_finds_the_knee(tiny_model: Path) -> None:
     collapses at 32 users, and the load report's verdict there says scheduling."""
     spec = STATES["scheduling"]
     with start_server(spec, tiny_model) as server:
-        cmd = [sys.executable, "-m", "llmdiag", "load", server.base_url, "--sweep", "1,32", "--duration", "12",
-               "--warmup", "4", "--prompt-tokens", "32", "--output-tokens", "32", "--json", "--no-nvml"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "llmdiag",
+            "load",
+            server.base_url,
+            "--sweep",
+            "1,32",
+            "--duration",
+            "12",
+            "--warmup",
+            "4",
+            "--prompt-tokens",
+            "32",
+            "--output-tokens",
+            "32",
+            "--json",
+            "--no-nvml",
+        ]
         proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, f"{proc.stderr[-3000:]}\n{server.log_tail(3000)}"
     report = json.loads(proc.stdout)
     alone, crowd = report["points"]
-    context = json.dumps([{k: p[k] for k in ("users", "requests_completed", "errors", "ttft_seconds",
-                                            "per_user_tokens_per_second")} for p in report["points"]], indent=1)
+    context = json.dumps(
+        [
+            {k: p[k] for k in ("users", "requests_completed", "errors", "ttft_seconds", "per_user_tokens_per_second")}
+            for p in report["points"]
+        ],
+        indent=1,
+    )
     assert alone["requests_completed"] > 0 and crowd["requests_completed"] > 0, context
     assert not crowd["errors"], context
     assert crowd["ttft_seconds"]["p50"] > 3 * alone["ttft_seconds"]["p50"], context
@@ -296,11 +344,15 @@ def test_admission(tiny_model: Path) -> None:
     with start_server(spec, tiny_model) as server:
         scan, load = drive_and_scan(server, spec)
     assert load is not None and load.stats.count_status(503) > 0, (
-        f"load saw no HTTP 503: {load.stats.as_dict() if load else None}")
+        f"load saw no HTTP 503: {load.stats.as_dict() if load else None}"
+    )
     assert_bottleneck(scan, "scheduling")
-    evidence = [ev for f in scan.data["findings"] for ev in f["evidence"]
-                if ev["signal"] == "admission_rejections_per_second"
-                and _is_number(ev["value"]) and ev["value"] > 0]
+    evidence = [
+        ev
+        for f in scan.data["findings"]
+        for ev in f["evidence"]
+        if ev["signal"] == "admission_rejections_per_second" and _is_number(ev["value"]) and ev["value"] > 0
+    ]
     assert evidence, scan.describe("no finding cites admission_rejections_per_second > 0")
 
 

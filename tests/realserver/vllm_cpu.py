@@ -86,19 +86,19 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def _run(cmd: Sequence[str], *, env: Mapping[str, str] | None = None,
-         what: str, retries: int = 0) -> None:
+def _run(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, what: str, retries: int = 0) -> None:
     """Run a command, streaming its output to stderr; raise on failure."""
     for attempt in range(retries + 1):
         _log(f"{what}: {' '.join(map(str, cmd))}")
         t0 = time.monotonic()
-        proc = subprocess.run(list(map(str, cmd)), env=dict(env) if env else None,
-                              stdout=sys.stderr, stderr=sys.stderr)
+        proc = subprocess.run(list(map(str, cmd)), env=dict(env) if env else None, stdout=sys.stderr, stderr=sys.stderr)
         if proc.returncode == 0:
             _log(f"{what}: done in {time.monotonic() - t0:.0f} s")
             return
-        _log(f"{what}: exit status {proc.returncode}"
-             + (f", retrying ({attempt + 1}/{retries})" if attempt < retries else ""))
+        _log(
+            f"{what}: exit status {proc.returncode}"
+            + (f", retrying ({attempt + 1}/{retries})" if attempt < retries else "")
+        )
         if attempt < retries:
             time.sleep(5 * (attempt + 1))
     raise RuntimeError(f"{what} failed (exit status {proc.returncode}): {' '.join(map(str, cmd))}")
@@ -164,8 +164,7 @@ def ensure_vllm_venv() -> Path:
         if venv.exists():
             _log(f"removing incomplete or outdated venv {venv}")
             shutil.rmtree(venv)
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH", "PIP_USER")}
+        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH", "PIP_USER")}
         env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
         env["PIP_NO_INPUT"] = "1"
         _run([_base_python(), "-m", "venv", str(venv)], env=env, what="create venv")
@@ -183,8 +182,7 @@ def ensure_vllm_venv() -> Path:
             "print('vllm', vllm.__version__, 'torch', torch.__version__, "
             "'transformers', transformers.__version__)\n"
         )
-        _run([str(venv / "bin" / "python"), "-c", check], env={**env, **OFFLINE_ENV},
-             what="import check")
+        _run([str(venv / "bin" / "python"), "-c", check], env={**env, **OFFLINE_ENV}, what="import check")
         marker = {**_venv_marker_expected(), "created_at": time.time()}
         tmp = venv / (VENV_MARKER + ".tmp")
         tmp.write_text(json.dumps(marker, indent=2) + "\n")
@@ -215,10 +213,8 @@ def _ensure_model(kind: str, name: str) -> Path:
             env = {**os.environ, **OFFLINE_ENV}
             for k in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH"):
                 env.pop(k, None)
-            _run([str(python), str(BUILD_SCRIPT), kind, str(tmp)], env=env,
-                 what=f"build {name}")
-            (tmp / MODEL_MARKER).write_text(
-                json.dumps({**expected, "created_at": time.time()}, indent=2) + "\n")
+            _run([str(python), str(BUILD_SCRIPT), kind, str(tmp)], env=env, what=f"build {name}")
+            (tmp / MODEL_MARKER).write_text(json.dumps({**expected, "created_at": time.time()}, indent=2) + "\n")
             if out.exists():
                 shutil.rmtree(out)
             tmp.replace(out)
@@ -282,11 +278,20 @@ class VllmServer:
     then SIGKILL after ``stop_timeout`` seconds.
     """
 
-    def __init__(self, model: Path | str | None = None, *, model_name: str = "tiny-llama",
-                 extra_args: Sequence[str] = (), kvcache_space_gib: int | None = 1,
-                 env: Mapping[str, str] | None = None, startup_timeout: float = 300.0,
-                 stop_timeout: float = 20.0, port: int | None = None,
-                 log_path: Path | str | None = None, engine_nice: int | None = 19) -> None:
+    def __init__(
+        self,
+        model: Path | str | None = None,
+        *,
+        model_name: str = "tiny-llama",
+        extra_args: Sequence[str] = (),
+        kvcache_space_gib: int | None = 1,
+        env: Mapping[str, str] | None = None,
+        startup_timeout: float = 300.0,
+        stop_timeout: float = 20.0,
+        port: int | None = None,
+        log_path: Path | str | None = None,
+        engine_nice: int | None = 19,
+    ) -> None:
         self.model = Path(model) if model is not None else None
         self.model_name = model_name
         self.extra_args = list(extra_args)
@@ -312,14 +317,23 @@ class VllmServer:
 
     def command(self) -> list[str]:
         assert self.model is not None and self.port is not None
-        return [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server",
-                "--host", "127.0.0.1", "--port", str(self.port),
-                "--model", str(self.model), "--served-model-name", self.model_name,
-                *self.extra_args]
+        return [
+            str(vllm_python()),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--model",
+            str(self.model),
+            "--served-model-name",
+            self.model_name,
+            *self.extra_args,
+        ]
 
     def environment(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH")}
+        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH")}
         env.update(OFFLINE_ENV)
         env["VLLM_CACHE_ROOT"] = str(cache_dir() / "vllm-compile-cache")
         env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # an empty value crashes the worker
@@ -344,16 +358,21 @@ class VllmServer:
         self._log_fh = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         cmd = self.command()
         env = self.environment()
-        header = (f"# cmd: {' '.join(cmd)}\n# VLLM_CPU_KVCACHE_SPACE="
-                  f"{env.get('VLLM_CPU_KVCACHE_SPACE', '<unset>')}\n")
+        header = f"# cmd: {' '.join(cmd)}\n# VLLM_CPU_KVCACHE_SPACE={env.get('VLLM_CPU_KVCACHE_SPACE', '<unset>')}\n"
         self._log_fh.write(header.encode())
         self._log_fh.flush()
         _log(f"starting vLLM on {self.base_url} (log: {self.log_path})")
         t0 = time.monotonic()
-        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=self._log_fh, stderr=subprocess.STDOUT,
-                                     start_new_session=True, cwd=str(cache_dir()),
-                                     preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=str(cache_dir()),
+            preexec_fn=_die_with_parent,
+        )
         try:
             self._wait_healthy(t0)
         except BaseException:
@@ -412,7 +431,8 @@ class VllmServer:
             if rc is not None:
                 raise VllmStartupError(
                     f"vLLM exited with status {rc} during start-up "
-                    f"(log {self.log_path}); last output:\n{_tail(self.log_path)}")
+                    f"(log {self.log_path}); last output:\n{_tail(self.log_path)}"
+                )
             try:
                 with urllib.request.urlopen(self.base_url + "/health", timeout=5) as r:
                     if r.status == 200:
@@ -423,7 +443,8 @@ class VllmServer:
             if time.monotonic() > deadline:
                 raise VllmStartupError(
                     f"vLLM not healthy after {self.startup_timeout:.0f} s (last error: "
-                    f"{last_err}; log {self.log_path}); last output:\n{_tail(self.log_path)}")
+                    f"{last_err}; log {self.log_path}); last output:\n{_tail(self.log_path)}"
+                )
             time.sleep(1.0)
 
     def is_running(self) -> bool:
@@ -526,8 +547,7 @@ def _main(argv: Sequence[str]) -> int:
     sub.add_parser("install", help="create the vLLM venv and build both models")
     serve = sub.add_parser("serve", help="run a server in the foreground until Ctrl-C")
     serve.add_argument("--dummy", action="store_true", help="serve the 139 M dummy model")
-    serve.add_argument("--no-kvcache-space", action="store_true",
-                       help="leave VLLM_CPU_KVCACHE_SPACE unset")
+    serve.add_argument("--no-kvcache-space", action="store_true", help="leave VLLM_CPU_KVCACHE_SPACE unset")
     serve.add_argument("vllm_args", nargs="*", help="extra args for vLLM (after --)")
     args = parser.parse_args(argv)
 
@@ -541,11 +561,14 @@ def _main(argv: Sequence[str]) -> int:
         model, name, extra = ensure_dummy_139m_model(), "dummy-llama-139m", ["--load-format", "dummy"]
     else:
         model, name, extra = ensure_tiny_model(), "tiny-llama", []
-    server = VllmServer(model, model_name=name, extra_args=extra + list(args.vllm_args),
-                        kvcache_space_gib=None if args.no_kvcache_space else 1)
+    server = VllmServer(
+        model,
+        model_name=name,
+        extra_args=extra + list(args.vllm_args),
+        kvcache_space_gib=None if args.no_kvcache_space else 1,
+    )
     with server:
-        print(f"{server.base_url} model={server.model_name} pid={server.pid} "
-              f"log={server.log_path}", flush=True)
+        print(f"{server.base_url} model={server.model_name} pid={server.pid} log={server.log_path}", flush=True)
         try:
             while server.is_running():
                 time.sleep(1)

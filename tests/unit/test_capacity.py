@@ -122,15 +122,17 @@ def test_vllm_default_max_num_seqs_caps_an_a100():
 
 def test_step_token_budget_can_cap_the_batch():
     # 512 tokens per step carry at most 512·200/700 = 146 sequences (each needs 1 + 500/200 tokens a step)
-    report = plan_capacity("H100", "llama-3-8b", users=1000, prompt_tokens=500, output_tokens=200,
-                           max_num_batched_tokens=512)  # fmt: skip
+    report = plan_capacity(
+        "H100", "llama-3-8b", users=1000, prompt_tokens=500, output_tokens=200, max_num_batched_tokens=512
+    )
     assert (report.limited_by, report.served_sequences) == ("max_num_batched_tokens", 146)
     assert report.inputs.batch_caps_source == "given"
 
 
 def test_tensor_parallel_over_pcie_is_interconnect_bound():
-    report = plan_capacity("H100", "llama-3-8b", tp=8, users=200, prompt_tokens=500, output_tokens=200,
-                           interconnect="pcie4")  # fmt: skip
+    report = plan_capacity(
+        "H100", "llama-3-8b", tp=8, users=200, prompt_tokens=500, output_tokens=200, interconnect="pcie4"
+    )
     assert report.step_bound_by == "interconnect"
     assert report.inputs.interconnect == "PCIe Gen4 x16"
 
@@ -165,8 +167,14 @@ def test_a_sequence_longer_than_the_cache_is_refused():
     ],
 )
 def test_bad_inputs_raise_usage_errors(kwargs: dict[str, object], message: str):
-    args: dict[str, object] = {"gpu": "H100", "model": "llama-3-8b", "users": 10, "prompt_tokens": 10,
-                               "output_tokens": 10, **kwargs}  # fmt: skip
+    args: dict[str, object] = {
+        "gpu": "H100",
+        "model": "llama-3-8b",
+        "users": 10,
+        "prompt_tokens": 10,
+        "output_tokens": 10,
+        **kwargs,
+    }
     with pytest.raises(UsageError, match=message):
         plan_capacity(**args)  # type: ignore[arg-type]
 

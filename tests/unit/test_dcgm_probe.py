@@ -288,18 +288,22 @@ def derived_value(signals: SignalSet, name: str) -> float | str:
 
 
 def test_power_ratio_is_the_hungriest_gpu_over_its_own_limit():
-    signals = gpu_set({
-        "gpu_power_watts": ({"mean": 400.0}, {"gpu=0": 690.0, "gpu=1": 110.0}),
-        "gpu_power_limit_watts": ({"mean": 700.0}, {"gpu=0": 700.0, "gpu=1": 700.0}),
-    })  # fmt: skip
+    signals = gpu_set(
+        {
+            "gpu_power_watts": ({"mean": 400.0}, {"gpu=0": 690.0, "gpu=1": 110.0}),
+            "gpu_power_limit_watts": ({"mean": 700.0}, {"gpu=0": 700.0, "gpu=1": 700.0}),
+        }
+    )
     assert derived_value(signals, "gpu_power_ratio") == pytest.approx(690 / 700)
 
 
 def test_clock_ratio_is_the_slowest_gpu_and_says_why_when_the_max_is_missing():
-    signals = gpu_set({
-        "sm_clock_hertz": ({"mean": 1.14e9}, {"gpu=0": 1.98e9, "gpu=2": 1.14e9}),
-        "sm_clock_max_hertz": ({"mean": 1.98e9}, {"gpu=0": 1.98e9, "gpu=2": 1.98e9}),
-    })  # fmt: skip
+    signals = gpu_set(
+        {
+            "sm_clock_hertz": ({"mean": 1.14e9}, {"gpu=0": 1.98e9, "gpu=2": 1.14e9}),
+            "sm_clock_max_hertz": ({"mean": 1.98e9}, {"gpu=0": 1.98e9, "gpu=2": 1.98e9}),
+        }
+    )
     assert derived_value(signals, "sm_clock_ratio") == pytest.approx(1.14 / 1.98)
     signals.add(Signal.missing("sm_clock_max_hertz", "gauge", "hertz", "not exposed; add DCGM_FI_DEV_MAX_SM_CLOCK"))
     assert "DCGM_FI_DEV_MAX_SM_CLOCK" in derived_value(signals, "sm_clock_ratio")
@@ -314,23 +318,27 @@ def test_clock_ratio_is_the_slowest_gpu_and_says_why_when_the_max_is_missing():
     ],
 )
 def test_pcie_link_speed_and_capacity(gen, width, max_gen, max_width, ratio, capacity):
-    signals = gpu_set({
-        "pcie_link_generation": ({"min": gen}, {}),
-        "pcie_link_width_lanes": ({"min": width}, {}),
-        "pcie_link_max_generation": ({"min": max_gen}, {}),
-        "pcie_link_max_width_lanes": ({"min": max_width}, {}),
-    })  # fmt: skip
+    signals = gpu_set(
+        {
+            "pcie_link_generation": ({"min": gen}, {}),
+            "pcie_link_width_lanes": ({"min": width}, {}),
+            "pcie_link_max_generation": ({"min": max_gen}, {}),
+            "pcie_link_max_width_lanes": ({"min": max_width}, {}),
+        }
+    )
     assert derived_value(signals, "pcie_link_speed_ratio") == pytest.approx(ratio, rel=1e-3)
     assert signals.get("pcie_link_capacity_bytes_per_second").stats["value"] == pytest.approx(capacity, rel=1e-3)
 
 
 def test_link_utilization_takes_the_fuller_link_in_its_busier_direction():
-    signals = gpu_set({
-        "pcie_tx_bytes_per_second": ({"mean": 1e9}, {"gpu=0": 1e9, "gpu=1": 2e10}),
-        "pcie_rx_bytes_per_second": ({"mean": 1e9}, {"gpu=0": 1e9, "gpu=1": 5e9}),
-        "pcie_link_generation": ({"min": 4}, {"gpu=0": 4, "gpu=1": 4}),
-        "pcie_link_width_lanes": ({"min": 16}, {"gpu=0": 16, "gpu=1": 16}),
-    })  # fmt: skip
+    signals = gpu_set(
+        {
+            "pcie_tx_bytes_per_second": ({"mean": 1e9}, {"gpu=0": 1e9, "gpu=1": 2e10}),
+            "pcie_rx_bytes_per_second": ({"mean": 1e9}, {"gpu=0": 1e9, "gpu=1": 5e9}),
+            "pcie_link_generation": ({"min": 4}, {"gpu=0": 4, "gpu=1": 4}),
+            "pcie_link_width_lanes": ({"min": 16}, {"gpu=0": 16, "gpu=1": 16}),
+        }
+    )
     assert derived_value(signals, "link_utilization_ratio") == pytest.approx(2e10 / 31.504e9, rel=1e-3)
     # NVLink at 300 of 450 GB/s per direction is fuller than PCIe at 63 %
     signals.add(Signal(name="nvlink_tx_bytes_per_second", kind="gauge", unit="", stats={"mean": 3e11}))
@@ -344,19 +352,23 @@ def test_link_utilization_takes_the_fuller_link_in_its_busier_direction():
 
 
 def test_link_errors_add_what_is_collected_and_are_missing_only_when_nothing_is():
-    signals = gpu_set({
-        "pcie_replay_errors_per_second": ({"rate": 0.5, "increase": 10.0}, {}),
-        "nvlink_crc_errors_per_second": ({"rate": 2.0, "increase": 40.0}, {}),
-    })  # fmt: skip
+    signals = gpu_set(
+        {
+            "pcie_replay_errors_per_second": ({"rate": 0.5, "increase": 10.0}, {}),
+            "nvlink_crc_errors_per_second": ({"rate": 2.0, "increase": 40.0}, {}),
+        }
+    )
     assert derived_value(signals, "link_errors_per_second") == pytest.approx(2.5)
     assert "pcie_replay_errors_per_second was not collected" in derived_value(SignalSet(), "link_errors_per_second")
 
 
 def test_memory_ratio_uses_free_where_reported_else_total():
-    nvml_like = gpu_set({
-        "gpu_memory_used_bytes": ({"max": 78e9}, {"gpu=0": 78e9, "gpu=1": 40e9}),
-        "gpu_memory_total_bytes": ({"max": 80e9}, {"gpu=0": 80e9, "gpu=1": 80e9}),
-    })  # fmt: skip
+    nvml_like = gpu_set(
+        {
+            "gpu_memory_used_bytes": ({"max": 78e9}, {"gpu=0": 78e9, "gpu=1": 40e9}),
+            "gpu_memory_total_bytes": ({"max": 80e9}, {"gpu=0": 80e9, "gpu=1": 80e9}),
+        }
+    )
     assert derived_value(nvml_like, "gpu_memory_used_ratio") == pytest.approx(78 / 80)
     assert "was not collected" in derived_value(SignalSet(), "gpu_memory_used_ratio")
 
@@ -364,8 +376,15 @@ def test_memory_ratio_uses_free_where_reported_else_total():
 def test_a_supplied_roofline_is_kept_and_an_absent_one_says_how_to_get_it():
     signals = SignalSet()
     assert "--gpu and --model-shape" in derived_value(signals, "roofline_fraction_ratio")
-    signals.add(Signal(name="roofline_fraction_ratio", kind="derived", unit="ratio", stats={"value": 0.83},
-                       source="decode tokens/s over the hbm_bandwidth ceiling"))  # fmt: skip
+    signals.add(
+        Signal(
+            name="roofline_fraction_ratio",
+            kind="derived",
+            unit="ratio",
+            stats={"value": 0.83},
+            source="decode tokens/s over the hbm_bandwidth ceiling",
+        )
+    )
     assert derived_value(signals, "roofline_fraction_ratio") == 0.83
     assert signals.get("roofline_fraction_ratio").source.startswith("decode tokens/s")
 

@@ -18,9 +18,13 @@ H, M, IDLE, U = Bottleneck.healthy, Bottleneck.memory, Bottleneck.idle, Bottlene
 
 
 def replica(name: str, rate: float, in_system: float, ttft: float, cls: Bottleneck = H, state: str = "OK"):
-    return FleetTarget(name=name, bottleneck=cls, state=state, confidence=0.7,  # type: ignore[arg-type]
-                       numbers=ReplicaNumbers(request_rate_per_second=rate, requests_in_system_mean=in_system,
-                                              ttft_p90_seconds=ttft))  # fmt: skip
+    return FleetTarget(
+        name=name,
+        bottleneck=cls,
+        state=state,
+        confidence=0.7,  # type: ignore[arg-type]
+        numbers=ReplicaNumbers(request_rate_per_second=rate, requests_in_system_mean=in_system, ttft_p90_seconds=ttft),
+    )
 
 
 def test_router_uneven_load_names_the_busy_replica_with_its_numbers():
@@ -40,8 +44,13 @@ def test_router_uneven_load_names_the_busy_replica_with_its_numbers():
 
 def test_one_slow_replica_is_worse_than_peers_and_not_an_uneven_router():
     """The slow replica finishes fewer requests; the upper median keeps its healthy peers from looking over-served."""
-    report = build_fleet([replica("a", 35.0, 31.0, 0.019), replica("b", 34.0, 31.0, 0.020),
-                          replica("m", 4.7, 34.0, 6.9, cls=M, state="CRITICAL")])  # fmt: skip
+    report = build_fleet(
+        [
+            replica("a", 35.0, 31.0, 0.019),
+            replica("b", 34.0, 31.0, 0.020),
+            replica("m", 4.7, 34.0, 6.9, cls=M, state="CRITICAL"),
+        ]
+    )
     assert [f.finding.code for f in report.imbalance] == ["SCH009"]
     item = report.imbalance[0]
     assert item.replica == "m"
@@ -79,8 +88,12 @@ def test_timeline_transitions_and_first_to_go():
     tl = build_timeline(list(reversed(steps)), step_seconds=300)
     assert tl.first_to_go == ["r2"] and tl.first_to_go_at_unix == t0 + 300 and tl.first_to_go_class is M
     got = [(t.replica, t.at_unix - t0, t.from_class.value, t.to_class.value) for t in tl.transitions]
-    assert got == [("r2", 300, "healthy", "memory"), ("r3", 300, "idle", "healthy"),
-                   ("r1", 600, "healthy", "memory"), ("r3", 1200, "healthy", "memory")]  # fmt: skip
+    assert got == [
+        ("r2", 300, "healthy", "memory"),
+        ("r3", 300, "idle", "healthy"),
+        ("r1", 600, "healthy", "memory"),
+        ("r3", 1200, "healthy", "memory"),
+    ]
     r3 = tl.transitions[-1]
     assert r3.previous_at_unix == t0 + 600  # the last step that showed it healthy
     fleet = [(t.at_unix - t0, t.from_class.value, t.to_class.value) for t in tl.fleet_transitions]
@@ -89,8 +102,12 @@ def test_timeline_transitions_and_first_to_go():
 
 def test_timeline_ties_and_already_bad():
     t0 = 1000.0
-    tl = build_timeline([FleetStep(at_unix=t0, classes={"a": H, "b": H}),
-                         FleetStep(at_unix=t0 + 60, classes={"a": M, "b": Bottleneck.compute})])  # fmt: skip
+    tl = build_timeline(
+        [
+            FleetStep(at_unix=t0, classes={"a": H, "b": H}),
+            FleetStep(at_unix=t0 + 60, classes={"a": M, "b": Bottleneck.compute}),
+        ]
+    )
     assert tl.first_to_go == ["a", "b"] and tl.first_to_go_at_unix == t0 + 60
     tl = build_timeline([FleetStep(at_unix=t0, classes={"a": M}), FleetStep(at_unix=t0 + 60, classes={})])
     assert tl.first_to_go == [] and any("already" in n for n in tl.notes) and any("no replica" in n for n in tl.notes)
@@ -102,8 +119,10 @@ def test_targets_file(tmp_path: Path):
     path.write_text("# the pool\nhttp://10.0.0.1:8000\nb=http://10.0.0.2:8000  # second\n\nhttp://10.0.0.1:8000\n")
     targets = read_targets_file(path)
     assert [(t.name, t.url) for t in targets] == [
-        ("10.0.0.1:8000", "http://10.0.0.1:8000"), ("b", "http://10.0.0.2:8000"),
-        ("10.0.0.1:8000#2", "http://10.0.0.1:8000")]  # fmt: skip
+        ("10.0.0.1:8000", "http://10.0.0.1:8000"),
+        ("b", "http://10.0.0.2:8000"),
+        ("10.0.0.1:8000#2", "http://10.0.0.1:8000"),
+    ]
     path.write_text("not a url\n")
     with pytest.raises(UsageError, match="targets.txt:1"):
         read_targets_file(path)
@@ -128,7 +147,12 @@ def test_runner_bounds_concurrency_times_out_and_isolates_errors():
         finally:
             running[0] -= 1
 
-    out = run_bounded(["a", "slow", "bad", "b", "c"], job, concurrency=2, timeout_seconds=0.3,
-                      on_timeout=lambda item, s: f"timeout {item} {s:g}",
-                      on_error=lambda item, e: f"error {item} {e}")  # fmt: skip
+    out = run_bounded(
+        ["a", "slow", "bad", "b", "c"],
+        job,
+        concurrency=2,
+        timeout_seconds=0.3,
+        on_timeout=lambda item, s: f"timeout {item} {s:g}",
+        on_error=lambda item, e: f"error {item} {e}",
+    )
     assert out == ["ok a", "timeout slow 0.3", "error bad boom", "ok b", "ok c"]

@@ -13,8 +13,9 @@ from llmdiag.engine.load import find_knee, percentiles, quantile, summarise
 from llmdiag.model import Bottleneck, Verdict
 
 
-def request(start: float, ttft: float, gap: float, tokens: int, error_kind: str | None = None,
-            status: int | None = None) -> RequestResult:  # fmt: skip
+def request(
+    start: float, ttft: float, gap: float, tokens: int, error_kind: str | None = None, status: int | None = None
+) -> RequestResult:
     result = RequestResult(request_id=f"r{start}", started_at=start)
     if error_kind is not None:
         result.error, result.error_kind, result.status, result.ended_at = "boom", error_kind, status, start + ttft
@@ -65,22 +66,26 @@ def test_goodput_counts_requests_meeting_the_slo_among_all_that_finished():
     assert point.goodput_requests_per_second == pytest.approx(2 / 10)
 
 
-def point_with(users: int, speed: float, errors: int = 0, goodput: float | None = None,
-               bottleneck: Bottleneck | None = None):  # fmt: skip
+def point_with(
+    users: int, speed: float, errors: int = 0, goodput: float | None = None, bottleneck: Bottleneck | None = None
+):
     results = [request(1.0 + i, 0.05, 1.0 / speed, 11) for i in range(5)]
     results += [request(1.5 + i, 0.1, 0.0, 1, error_kind="http", status=503) for i in range(errors)]
     point = summarise(results, 0.0, 20.0, users=users)
     if goodput is not None:
         point.goodput_ratio = goodput
     if bottleneck is not None:
-        point.verdict = Verdict(bottleneck=bottleneck, confidence=0.9, confidence_label="high", summary="",
-                                window={})  # fmt: skip
+        point.verdict = Verdict(bottleneck=bottleneck, confidence=0.9, confidence_label="high", summary="", window={})
     return point
 
 
 def test_the_knee_is_where_per_user_speed_halves_and_names_the_class_there():
-    points = [point_with(1, 100.0), point_with(8, 90.0), point_with(32, 30.0, bottleneck=Bottleneck.scheduling),
-              point_with(128, 10.0)]  # fmt: skip
+    points = [
+        point_with(1, 100.0),
+        point_with(8, 90.0),
+        point_with(32, 30.0, bottleneck=Bottleneck.scheduling),
+        point_with(128, 10.0),
+    ]
     knee = find_knee(points, slo_given=False)
     assert knee is not None and knee.users == 32 and knee.bottleneck is Bottleneck.scheduling
     assert "under half" in knee.reason

@@ -7,18 +7,38 @@ import re
 from llmdiag.model import Category, Evidence, Finding, Severity, Verdict, Window
 from llmdiag.render.markdown import code, md, render_markdown
 
-HOSTILE = 'x | y\nz <script>alert(1)</script> [a](http://evil) `tick` **b** _u_'
+HOSTILE = "x | y\nz <script>alert(1)</script> [a](http://evil) `tick` **b** _u_"
 
 
 def verdict() -> Verdict:
-    evidence = Evidence(signal="kv_cache_usage_ratio", stat="max", value=0.99, unit="ratio", threshold=0.9, op=">=",
-                        source=f"vllm /metrics: {HOSTILE}")  # fmt: skip
-    finding = Finding(code="MEM001", slug="kv-cache-saturated", title=f"title {HOSTILE}", category=Category.memory,
-                      severity=Severity.critical, summary="s", evidence=[evidence, evidence],
-                      fixes=[f"fix {HOSTILE}", "--gpu-memory-utilization 0.95 | more"])  # fmt: skip
-    return Verdict(bottleneck="memory", confidence=0.8, confidence_label="high", summary=f"summary {HOSTILE}",
-                   window=Window(duration_seconds=20, scrapes=21), target=f"http://h {HOSTILE}",
-                   findings=[finding])  # fmt: skip
+    evidence = Evidence(
+        signal="kv_cache_usage_ratio",
+        stat="max",
+        value=0.99,
+        unit="ratio",
+        threshold=0.9,
+        op=">=",
+        source=f"vllm /metrics: {HOSTILE}",
+    )
+    finding = Finding(
+        code="MEM001",
+        slug="kv-cache-saturated",
+        title=f"title {HOSTILE}",
+        category=Category.memory,
+        severity=Severity.critical,
+        summary="s",
+        evidence=[evidence, evidence],
+        fixes=[f"fix {HOSTILE}", "--gpu-memory-utilization 0.95 | more"],
+    )
+    return Verdict(
+        bottleneck="memory",
+        confidence=0.8,
+        confidence_label="high",
+        summary=f"summary {HOSTILE}",
+        window=Window(duration_seconds=20, scrapes=21),
+        target=f"http://h {HOSTILE}",
+        findings=[finding],
+    )
 
 
 def cells(row: str) -> int:

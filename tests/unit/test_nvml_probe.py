@@ -56,8 +56,10 @@ def stat(signals: SignalSet, name: str, which: str = "mean") -> float:
 def test_the_real_nvidia_ml_py_on_this_machine_finds_no_driver():
     opened = open_nvml_source()
     assert isinstance(opened, SourceInfo) and not opened.ok
-    assert opened.note == NO_GPU_NOTE == (
-        "GPU telemetry: unavailable (no NVIDIA driver found; pass --dcgm-url for remote GPUs)"
+    assert (
+        opened.note
+        == NO_GPU_NOTE
+        == ("GPU telemetry: unavailable (no NVIDIA driver found; pass --dcgm-url for remote GPUs)")
     )
 
 

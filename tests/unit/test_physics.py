@@ -157,8 +157,15 @@ def test_loader_reads_mixtral_experts_and_qwen_biases(tmp_path: Path):
     spec = load_model_config(write(tmp_path, mixtral))
     assert (spec.experts, spec.active_experts) == (8, 2)
     assert spec.total_params == MIXTRAL.total_params
-    qwen = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
-            "num_hidden_layers": 28, "num_key_value_heads": 4, "vocab_size": 152064}  # fmt: skip
+    qwen = {
+        "model_type": "qwen2",
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_attention_heads": 28,
+        "num_hidden_layers": 28,
+        "num_key_value_heads": 4,
+        "vocab_size": 152064,
+    }
     assert load_model_config(write(tmp_path, qwen)).total_params == MODELS["qwen2.5-7b"].total_params
 
 

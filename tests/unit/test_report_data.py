@@ -15,8 +15,11 @@ LABELS = 'engine="0",model_name="m"'
 
 
 def page(preempted: float, ttft_buckets: dict[str, float]) -> str:
-    lines = ["# TYPE vllm:num_preemptions counter", f"vllm:num_preemptions_total{{{LABELS}}} {preempted}",
-             "# TYPE vllm:time_to_first_token_seconds histogram"]  # fmt: skip
+    lines = [
+        "# TYPE vllm:num_preemptions counter",
+        f"vllm:num_preemptions_total{{{LABELS}}} {preempted}",
+        "# TYPE vllm:time_to_first_token_seconds histogram",
+    ]
     for le, count in ttft_buckets.items():
         lines.append(f'vllm:time_to_first_token_seconds_bucket{{{LABELS},le="{le}"}} {count}')
     lines.append(f"vllm:time_to_first_token_seconds_count{{{LABELS}}} {ttft_buckets['+Inf']}")
@@ -60,8 +63,14 @@ def test_a_result_without_samples_or_buckets_draws_unavailable_boxes_not_empty_c
     set_ = signals()
     for signal in set_.signals.values():
         signal.samples, signal.buckets = [], []
-    verdict = Verdict(bottleneck="unknown", confidence=0.0, confidence_label="low", summary="s",
-                      window=set_.window, signals=set_.signals)  # fmt: skip
+    verdict = Verdict(
+        bottleneck="unknown",
+        confidence=0.0,
+        confidence_label="low",
+        summary="s",
+        window=set_.window,
+        signals=set_.signals,
+    )
     charts = {c.id: c for c in scan_charts(verdict)}
     assert all(c.unavailable for c in charts.values())
     assert "no bucket data" in (charts["ttft"].unavailable or "")

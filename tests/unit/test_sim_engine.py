@@ -31,8 +31,9 @@ LLAMA8, LLAMA70 = MODELS["llama-3-8b"], MODELS["llama-3-70b"]
 
 
 def tiny(**engine: object) -> Engine:
-    settings: dict[str, object] = dict(num_gpu_blocks_override=9, max_num_seqs=4, max_num_batched_tokens=64,
-                                       max_model_len=32)  # fmt: skip
+    settings: dict[str, object] = dict(
+        num_gpu_blocks_override=9, max_num_seqs=4, max_num_batched_tokens=64, max_model_len=32
+    )
     settings.update(engine)
     dep = Deployment(H100, LLAMA8, block_size_tokens=4)
     return Engine(EngineConfig(dep, **settings))  # type: ignore[arg-type]

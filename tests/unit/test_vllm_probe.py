@@ -54,15 +54,17 @@ V0_NAMES = {
 
 def test_v0_names_map_onto_the_signal_vocabulary():
     later = {**V0_NAMES}
-    later.update({
-        "vllm:num_preemptions_total": ("counter", 5),
-        "vllm:generation_tokens_total": ("counter", 1500),
-        "vllm:gpu_prefix_cache_queries_total": ("counter", 200),
-        "vllm:gpu_prefix_cache_hits_total": ("counter", 60),
-        "vllm:time_to_first_token_seconds": ("histogram", 4),
-        "vllm:time_per_output_token_seconds": ("histogram", 40),
-        "vllm:time_in_queue_requests": ("histogram", 4),
-    })
+    later.update(
+        {
+            "vllm:num_preemptions_total": ("counter", 5),
+            "vllm:generation_tokens_total": ("counter", 1500),
+            "vllm:gpu_prefix_cache_queries_total": ("counter", 200),
+            "vllm:gpu_prefix_cache_hits_total": ("counter", 60),
+            "vllm:time_to_first_token_seconds": ("histogram", 4),
+            "vllm:time_per_output_token_seconds": ("histogram", 40),
+            "vllm:time_in_queue_requests": ("histogram", 4),
+        }
+    )
     signals = window(V0_NAMES, later)
     assert signals.signals["kv_cache_usage_ratio"].stats["mean"] == pytest.approx(0.97)
     assert "gpu_cache_usage_perc" in signals.signals["kv_cache_usage_ratio"].source

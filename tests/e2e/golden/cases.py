@@ -49,8 +49,15 @@ class Outcome:
     stderr: list[str]
 
     def as_json(self) -> str:
-        return json.dumps({"exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr},
-                          indent=1, sort_keys=False, ensure_ascii=False) + "\n"
+        return (
+            json.dumps(
+                {"exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr},
+                indent=1,
+                sort_keys=False,
+                ensure_ascii=False,
+            )
+            + "\n"
+        )
 
 
 def pinned_fixtures(into: Path) -> Path:
@@ -66,7 +73,8 @@ def pinned_fixtures(into: Path) -> Path:
 def _analyze_inputs(fixtures: Path) -> list[tuple[str, list[Path]]]:
     """Every dump, log and record alone, and every folder of two or more dumps as one window."""
     single = sorted(
-        p for p in fixtures.rglob("*")
+        p
+        for p in fixtures.rglob("*")
         if p.is_file() and p.suffix in (".prom", ".log", ".json") and p.name != "meta.json" and p.parent.name != "nvml"
     )
     inputs = [(str(p.relative_to(fixtures).with_suffix("")), [p]) for p in single]
@@ -83,16 +91,34 @@ def _slug(text: str) -> str:
 
 
 def analyze_cases(fixtures: Path) -> list[Case]:
-    return [Case(f"analyze/{_slug(name)}", ("analyze", "--json", *map(str, paths)))
-            for name, paths in _analyze_inputs(fixtures)]
+    return [
+        Case(f"analyze/{_slug(name)}", ("analyze", "--json", *map(str, paths)))
+        for name, paths in _analyze_inputs(fixtures)
+    ]
 
 
 def capacity_cases() -> list[Case]:
     grid = itertools.product(CAPACITY_GPUS, CAPACITY_MODELS, CAPACITY_USERS, CAPACITY_TP)
     return [
-        Case(f"capacity/{gpu}-{model}-u{users}-tp{tp}".replace(".", "_"),
-             ("capacity", "--json", "--gpu", gpu, "--model", model, "--users", str(users), "--tp", str(tp),
-              "--prompt-tokens", "512", "--output-tokens", "256"))
+        Case(
+            f"capacity/{gpu}-{model}-u{users}-tp{tp}".replace(".", "_"),
+            (
+                "capacity",
+                "--json",
+                "--gpu",
+                gpu,
+                "--model",
+                model,
+                "--users",
+                str(users),
+                "--tp",
+                str(tp),
+                "--prompt-tokens",
+                "512",
+                "--output-tokens",
+                "256",
+            ),
+        )
         for gpu, model, users, tp in grid
     ]
 
@@ -150,8 +176,11 @@ def run_in_process(args: tuple[str, ...], fixtures: Path) -> Outcome:
         stdout: Any = _strip(json.loads(stdout_text)) if stdout_text.strip() else None
     except json.JSONDecodeError:
         stdout = stdout_text.splitlines()
-    stderr = [line for line in _relative(err.getvalue(), fixtures).splitlines()
-              if line.startswith(("ERROR:", "HINT:", "WARNING:"))]
+    stderr = [
+        line
+        for line in _relative(err.getvalue(), fixtures).splitlines()
+        if line.startswith(("ERROR:", "HINT:", "WARNING:"))
+    ]
     return Outcome(int(code or 0), stdout, stderr)
 
 

@@ -20,8 +20,15 @@ RULE_DOCS = REPO_ROOT / "docs" / "rules"
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "llmdiag", *args], capture_output=True, text=True, env=env,
-                          cwd=REPO_ROOT, timeout=120, check=True)
+    return subprocess.run(
+        [sys.executable, "-m", "llmdiag", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+        timeout=120,
+        check=True,
+    )
 
 
 def rules_list() -> str:
