@@ -25,8 +25,8 @@ sys.path.insert(0, str(REPO))
 from llmdiag.collect.nvml import NvmlSampler, explain  # noqa: E402
 from llmdiag.collect.nvml_record import RecordingNvml  # noqa: E402
 from llmdiag.collect.signals import build_signal_set  # noqa: E402
-from llmdiag.engine.loader import load_probe  # noqa: E402
 from llmdiag.model import SignalSet  # noqa: E402
+from llmdiag.schema.loader import load_probe  # noqa: E402
 
 IDLE_SECONDS = 2.0
 LOAD_SECONDS = 10.0

@@ -503,7 +503,10 @@ def driver_main(spec: dict[str, Any]) -> int:
     import asyncio  # noqa: PLC0415
     import random  # noqa: PLC0415
 
-    from llmdiag.collect.requests import OpenAIClient, PromptFactory, RequestPlan, closed_loop  # noqa: PLC0415
+    from llmdiag.client.openai import OpenAIClient
+    from llmdiag.client.prompts import PromptFactory
+    from llmdiag.client.result import RequestPlan
+    from llmdiag.client.runners import closed_loop
 
     words = PromptFactory(seed=os.getpid()).text  # the simulator counts one token per word
     prompt_words, output, chat = spec["prompt_tokens"], spec["output_tokens"], spec.get("chat", True)

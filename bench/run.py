@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO))
 from llmdiag.collect.prometheus import parse_exposition  # noqa: E402
 from llmdiag.collect.signals import build_signal_set  # noqa: E402
 from llmdiag.engine.evaluate import build_verdict  # noqa: E402
-from llmdiag.engine.loader import load_probe  # noqa: E402
+from llmdiag.schema.loader import load_probe  # noqa: E402
 from tests.httpserver import ReplayResponder, Reply, ScriptedServer, strip_scraped_at  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures" / "vllm-0.32.0"

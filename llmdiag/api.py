@@ -7,9 +7,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from llmdiag import __version__
+from llmdiag._version import __version__
+from llmdiag.client.endpoint import Connection, redact_url
 from llmdiag.collect.canary import LABEL as CANARY_LABEL
-from llmdiag.collect.http import Connection, redact_url
 from llmdiag.collect.load import LoadPlan, preflight, run_level
 from llmdiag.collect.metrics import (
     DEFAULT_DURATION_SECONDS,
@@ -29,7 +29,7 @@ from llmdiag.engine.load import find_knee, summarise
 from llmdiag.engine.trace import analyze_traces as analyze_traces  # the library API for traces
 from llmdiag.engine.trace import merge_trace_signals
 from llmdiag.model import FleetReport, LoadReport, SignalSet, TraceReport, Verdict
-from llmdiag.sim.physics import Deployment
+from llmdiag.physics.step import Deployment
 
 
 def diagnose(

@@ -20,9 +20,9 @@ from enum import IntEnum
 
 from pydantic import BaseModel, Field
 
-from llmdiag import __version__
+from llmdiag._version import __version__
 from llmdiag.api import diagnose
-from llmdiag.collect.http import API_KEY_ENV, Connection, redact_url
+from llmdiag.client.endpoint import API_KEY_ENV, Connection, redact_url
 from llmdiag.collect.metrics import TelemetryOptions
 from llmdiag.collect.promql import PrometheusSource
 from llmdiag.config import Settings, Target
@@ -87,7 +87,7 @@ class CheckReport(BaseModel):
 
 def connection_for(target: Target, max_metrics_bytes: int | None = None) -> Connection:
     """A target's connection, its secrets read from the environment variables the config file names."""
-    from llmdiag.collect.http import parse_header
+    from llmdiag.client.endpoint import parse_header
 
     headers = dict(target.headers)
     for name, variable in target.headers_env.items():

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from llmdiag import __version__
+from llmdiag._version import __version__
 from llmdiag.collect import DEFAULT_DURATION_SECONDS, DEFAULT_MAX_METRICS_BYTES
 from llmdiag.config import load_settings  # pydantic only, which typer's option parsing loads anyway
 from llmdiag.errors import LlmdiagError, UsageError
 
 if TYPE_CHECKING:
-    from llmdiag.collect.http import Connection
+    from llmdiag.client.endpoint import Connection
     from llmdiag.model import FleetReport, LoadReport, Verdict
 
 # Each command imports what it uses: `llmdiag trace --json` then loads neither rich, the HTTP stack nor the other
@@ -258,7 +258,7 @@ def connection_from_options(
     insecure: bool,
     max_metrics_bytes: int = DEFAULT_MAX_METRICS_BYTES,
 ) -> Connection:
-    from llmdiag.collect.http import Connection, parse_header
+    from llmdiag.client.endpoint import Connection, parse_header
 
     if timeout <= 0:
         raise UsageError(f"--timeout must be positive, got {timeout:g}")
@@ -728,8 +728,8 @@ def deployment_from_options(gpu: str | None, model_shape: str | None, tp: int):
         return None
     if gpu is None or model_shape is None:
         raise UsageError("--gpu and --model-shape go together", "e.g. --gpu H100 --model-shape llama-3-8b --tp 1")
-    from llmdiag.sim.hardware import find_gpu, find_model
-    from llmdiag.sim.physics import Deployment
+    from llmdiag.physics.hardware import find_gpu, find_model
+    from llmdiag.physics.step import Deployment
 
     return Deployment(find_gpu(gpu), find_model(model_shape), tp=tp)
 
@@ -1067,7 +1067,7 @@ def load(
 ) -> None:
     """Drive a bounded load (closed-loop users or open-loop arrivals), level by level, and diagnose each level."""
     from llmdiag.api import run_load
-    from llmdiag.collect.http import Connection
+    from llmdiag.client.endpoint import Connection
     from llmdiag.collect.load import LoadPlan, TokenLengths
     from llmdiag.collect.metrics import TelemetryOptions
     from llmdiag.render.files import write_atomic
@@ -1203,9 +1203,9 @@ def capacity(
 ) -> None:
     """How many users one deployment serves, how fast each one is, and what runs out first (a roofline)."""
     from llmdiag.engine.capacity import plan_capacity
+    from llmdiag.physics.hardware import GPUS, MODELS, find_gpu, find_model, load_model_config
+    from llmdiag.physics.step import DEFAULT_GPU_MEMORY_UTILIZATION
     from llmdiag.render.capacity import render_capacity, render_capacity_json
-    from llmdiag.sim.hardware import GPUS, MODELS, find_gpu, find_model, load_model_config
-    from llmdiag.sim.physics import DEFAULT_GPU_MEMORY_UTILIZATION
 
     try:
         if gpu is None:
@@ -1415,7 +1415,7 @@ def check(
         try:
             push(report, gateway, instance=socket.gethostname())
         except OSError as exc:
-            from llmdiag.collect.http import redact_url
+            from llmdiag.client.endpoint import redact_url
 
             report.output_errors.append(f"push to {redact_url(gateway)} failed: {exc}")
     if report.output_errors:
@@ -1518,7 +1518,7 @@ def rules_list() -> None:
     """Every rule: code, class, status and what it catches."""
     from rich.table import Table
 
-    from llmdiag.engine.loader import load_rules
+    from llmdiag.schema.loader import load_rules
 
     try:
         rules = load_rules()
@@ -1535,8 +1535,8 @@ def rules_list() -> None:
 @rules_app.command("show")
 def rules_show(code: Annotated[str, typer.Argument(help="A rule code, e.g. MEM001")]) -> None:
     """One rule in full: what, why, thresholds, and the fixes per engine."""
-    from llmdiag.engine.loader import find_rule
     from llmdiag.render.docs import render_rule_markdown
+    from llmdiag.schema.loader import find_rule
 
     try:
         rule = find_rule(code)
@@ -1552,8 +1552,8 @@ def rules_docs(
     out: Annotated[Path, typer.Option("--out", help="Folder for one Markdown page per rule.")] = Path("docs/rules"),
 ) -> None:
     """Write the rule reference pages (docs/rules/*.md) from the rule files."""
-    from llmdiag.engine.loader import load_rules
     from llmdiag.render.docs import write_rule_docs
+    from llmdiag.schema.loader import load_rules
 
     try:
         written = write_rule_docs(load_rules(), out)

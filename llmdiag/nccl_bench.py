@@ -97,7 +97,7 @@ def parse_ops(text: str) -> list[str]:
 def check_link(name: str | None) -> str | None:
     if name is None:
         return None
-    from llmdiag.engine.links import describe_link, known_link_names
+    from llmdiag.schema.links import describe_link, known_link_names
 
     if describe_link(name) is None:
         raise BenchUsageError(f"unknown link class {name!r}", f"--link takes one of {', '.join(known_link_names())}")
@@ -289,7 +289,7 @@ class LinkInfo:
 
 def detect_link(env: Env, override: str | None, nvml: Any = None) -> LinkInfo:
     """The link class this benchmark's traffic crosses, and the busbw a healthy one reaches."""
-    from llmdiag.engine.links import describe_link, link_from_nvml
+    from llmdiag.schema.links import describe_link, link_from_nvml
 
     def known(name: str, how: str) -> LinkInfo:
         found = describe_link(name)
@@ -644,7 +644,7 @@ def run(options: Options) -> dict[str, Any]:
     """Initialise the process group, measure, and return the report (the same dict on every rank)."""
     import torch.distributed as dist
 
-    from llmdiag import __version__
+    from llmdiag._version import __version__
 
     started = time.perf_counter()
     env = read_env()

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from llmdiag.collect.http import redact_url
+from llmdiag.client.endpoint import redact_url
 from llmdiag.config import Target, load_settings
 from llmdiag.errors import UsageError
 

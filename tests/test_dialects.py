@@ -18,8 +18,8 @@ import time
 import pytest
 
 from llmdiag.api import diagnose_files
+from llmdiag.client.endpoint import Connection
 from llmdiag.collect.detect import detect_live, server_names
-from llmdiag.collect.http import Connection
 from llmdiag.sim.dialects import dialect_names, get_dialect
 from llmdiag.sim.presets import get_preset
 from llmdiag.sim.server import ClosedLoopLoad, SimServer

@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from llmdiag.collect.requests import (
+from llmdiag.client.openai import OpenAIClient
+from llmdiag.client.prompts import PromptFactory
+from llmdiag.client.result import RequestPlan, RequestResult
+from llmdiag.client.runners import (
     BackgroundLoad,
-    OpenAIClient,
-    PromptFactory,
-    RequestPlan,
-    RequestResult,
     check_target,
     closed_loop,
     is_loopback,

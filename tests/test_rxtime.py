@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from llmdiag.collect.requests import OpenAIClient
-from llmdiag.collect.rxtime import StampingSocket, listener
+from llmdiag.client.openai import OpenAIClient
+from llmdiag.client.rxtime import StampingSocket, listener
 from llmdiag.sim.server import SimServer
 
 HELD_SECONDS = 0.3

@@ -18,10 +18,10 @@ from llmdiag.collect.metrics import check_server
 from llmdiag.collect.prometheus import parse_exposition
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.engine.evaluate import CORE_SIGNALS
-from llmdiag.engine.loader import load_probe
+from llmdiag.physics.hardware import GPUS, MODELS
+from llmdiag.physics.step import Deployment
+from llmdiag.schema.loader import load_probe
 from llmdiag.sim.engine import EngineConfig
-from llmdiag.sim.hardware import GPUS, MODELS
-from llmdiag.sim.physics import Deployment
 from llmdiag.sim.presets import PRESETS, LoadSpec, get_preset
 from llmdiag.sim.server import BUSY_MESSAGE, ClosedLoopLoad, SimConfig, SimServer, run_for
 

@@ -11,8 +11,8 @@ import time
 import pytest
 import requests
 
+from llmdiag.client.endpoint import Connection
 from llmdiag.collect.detect import detect_live
-from llmdiag.collect.http import Connection
 from llmdiag.collect.metrics import collect_files, collect_live
 from llmdiag.collect.trtllm import missing_records, signals_from_iteration_records
 from llmdiag.engine.evaluate import build_verdict
@@ -213,7 +213,7 @@ def test_prometheus_page_absent_says_which_options_enable_it():
     assert signals.get("requests_running").unavailable is None  # the simulator serves it; now an absent one:
     from llmdiag.collect.prometheus import parse_exposition
     from llmdiag.collect.signals import build_signal_set
-    from llmdiag.engine.loader import load_probe
+    from llmdiag.schema.loader import load_probe
 
     page = parse_exposition('request_success_total{model_name="m"} 3.0\n', 1.0)
     built = build_signal_set(load_probe("trtllm"), [page, page], "x")

@@ -4,6 +4,8 @@ The package itself holds only the defaults the CLI shows in its help, so a comma
 (`llmdiag trace`) loads only that one.
 """
 
+from llmdiag.client.endpoint import DEFAULT_MAX_METRICS_BYTES
+
 DEFAULT_DURATION_SECONDS = 20.0
-# a metrics page larger than this is not read whole (a misrouted URL serving a file, a runaway label)
-DEFAULT_MAX_METRICS_BYTES = 16 * 1024 * 1024
+
+__all__ = ["DEFAULT_DURATION_SECONDS", "DEFAULT_MAX_METRICS_BYTES"]

@@ -11,8 +11,11 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 
-from llmdiag.collect.http import Connection, redact_url
-from llmdiag.collect.requests import BackgroundLoad, OpenAIClient, PromptFactory, RequestPlan, RequestResult
+from llmdiag.client.endpoint import Connection, redact_url
+from llmdiag.client.openai import OpenAIClient
+from llmdiag.client.prompts import PromptFactory
+from llmdiag.client.result import RequestPlan, RequestResult
+from llmdiag.client.runners import BackgroundLoad
 from llmdiag.collect.source import unavailable_source
 from llmdiag.engine.load import percentiles
 from llmdiag.errors import LlmdiagError

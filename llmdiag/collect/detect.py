@@ -25,11 +25,12 @@ from importlib import resources
 
 import requests
 
-from llmdiag.collect.http import Connection, HttpMetricsSource, redact_url
+from llmdiag.client.endpoint import Connection, redact_url
+from llmdiag.collect.http import HttpMetricsSource
 from llmdiag.collect.prometheus import Scrape, parse_exposition
-from llmdiag.engine.loader import load_probe
-from llmdiag.engine.schema import ProbeSpec
 from llmdiag.errors import ConnectError, HTTPStatusError, NotMetricsError, ProbeError, ProbeTimeout, UsageError
+from llmdiag.schema.loader import load_probe
+from llmdiag.schema.probes import ProbeSpec
 
 PROBE_TIMEOUT_SECONDS = 3.0
 MAX_JSON_BYTES = 1024 * 1024

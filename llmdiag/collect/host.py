@@ -27,9 +27,9 @@ import psutil
 
 from llmdiag.collect.prometheus import LabelKey, Scrape, label_key
 from llmdiag.collect.source import Source, unavailable_source
-from llmdiag.engine.loader import load_probe
 from llmdiag.errors import ProbeError
 from llmdiag.model import SourceInfo
+from llmdiag.schema.loader import load_probe
 
 SAMPLE_INTERVAL_SECONDS = 0.5
 # CPU times tick at 10 ms (USER_HZ 100): a shorter interval than this would read a busy process as 0 % or 200 %

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import re
 import time
-from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
-from llmdiag.collect import DEFAULT_MAX_METRICS_BYTES
+from llmdiag.client.endpoint import Connection, format_bytes, redact_url
 from llmdiag.collect.prometheus import Scrape, parse_exposition
 from llmdiag.errors import (
     ConnectError,
@@ -18,76 +14,7 @@ from llmdiag.errors import (
     NotMetricsError,
     ProbeTimeout,
     ResponseTooLargeError,
-    UsageError,
 )
-
-API_KEY_ENV = "LLMDIAG_API_KEY"
-
-
-USERINFO_RE = re.compile(r"^([^:/?#]*://)[^/?#]*@")
-
-
-def redact_url(url: str) -> str:
-    """Drop user:password from a URL before it is shown anywhere. Never raises, even on a malformed URL."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # e.g. an unclosed IPv6 bracket: strip the user-info by hand
-        return USERINFO_RE.sub(r"\1***@", url)
-    if "@" in parts.netloc:
-        parts = parts._replace(netloc=f"***@{parts.netloc.rpartition('@')[2]}")
-    return urlunsplit(parts)
-
-
-def normalise_base_url(url: str) -> str:
-    if "://" not in url:
-        url = f"http://{url}"
-    hint = "give the server as http://HOST:PORT"
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 (raises ValueError on a port that is not a number in 0-65535)
-    except ValueError as exc:
-        raise UsageError(f"'{redact_url(url)}' is not a valid URL: {exc}", hint) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"'{redact_url(url)}' is not an http(s) URL", hint)
-    return url.rstrip("/")
-
-
-def format_bytes(n: int) -> str:
-    """A byte count as the user would have typed it: '16 MiB', '64 KiB', or '100000 bytes'."""
-    for unit, size in (("MiB", 1024 * 1024), ("KiB", 1024)):
-        if n >= size and n % size == 0:
-            return f"{n // size} {unit}"
-    return f"{n} bytes"
-
-
-@dataclass
-class Connection:
-    """Where and how to reach one server. Secrets live here and nowhere else."""
-
-    base_url: str
-    metrics_url: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    api_key: str | None = None
-    timeout_seconds: float = 5.0
-    insecure: bool = False
-    max_metrics_bytes: int = DEFAULT_MAX_METRICS_BYTES
-
-    def __post_init__(self) -> None:
-        self.base_url = normalise_base_url(self.base_url)
-        if self.metrics_url:
-            self.metrics_url = normalise_base_url(self.metrics_url)
-        if self.api_key is None:
-            self.api_key = os.environ.get(API_KEY_ENV) or None
-
-    def resolved_metrics_url(self, metrics_path: str = "/metrics") -> str:
-        return self.metrics_url or f"{self.base_url}{metrics_path}"
-
-
-def parse_header(raw: str) -> tuple[str, str]:
-    name, sep, value = raw.partition(":")
-    if not sep or not name.strip():
-        raise UsageError(f"--header '{name.strip() or raw}' is not 'Name: value'", "e.g. --header 'X-Tenant: team-a'")
-    return name.strip(), value.strip()
 
 
 class HttpMetricsSource:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import requests
 
-from llmdiag.collect.http import Connection
+from llmdiag.client.endpoint import Connection
 from llmdiag.model import Signal, SignalSet
 
 PROPS_PATH = "/props"

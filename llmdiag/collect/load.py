@@ -15,17 +15,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from llmdiag.collect.http import Connection
+from llmdiag.client.endpoint import Connection
+from llmdiag.client.openai import OpenAIClient
+from llmdiag.client.prompts import PromptFactory
+from llmdiag.client.result import RequestPlan, RequestResult
+from llmdiag.client.runners import check_target, closed_loop, open_loop
 from llmdiag.collect.metrics import TelemetryOptions, collect_live
-from llmdiag.collect.requests import (
-    OpenAIClient,
-    PromptFactory,
-    RequestPlan,
-    RequestResult,
-    check_target,
-    closed_loop,
-    open_loop,
-)
 from llmdiag.errors import LlmdiagError, UsageError
 from llmdiag.model import SignalSet
 

@@ -34,10 +34,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llmdiag.collect.prometheus import Scrape
 from llmdiag.collect.signals import build_signal_set
-from llmdiag.engine.loader import load_probe
-from llmdiag.engine.schema import ProbeSpec, SignalSpec
 from llmdiag.errors import InputFileError, RuleSpecError, UsageError
 from llmdiag.model import Signal, SignalSet
+from llmdiag.schema.loader import load_probe
+from llmdiag.schema.probes import ProbeSpec, SignalSpec
 
 LOG_HINT = (
     "give the server's own log: vLLM stat-logger lines ('Avg prompt throughput: …'), SGLang 'Decode batch.' / "
@@ -109,7 +109,7 @@ class LogSpec(_Strict):
 
 
 def load_log_spec() -> LogSpec:
-    from llmdiag.engine.loader import _parse
+    from llmdiag.schema.loader import _parse
 
     text = (resources.files("llmdiag.probes") / "logs.toml").read_text(encoding="utf-8")
     spec = _parse(LogSpec, "probes/logs.toml", text)

@@ -10,14 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from llmdiag.client.endpoint import Connection, format_bytes, normalise_base_url
 from llmdiag.collect import DEFAULT_DURATION_SECONDS
 from llmdiag.collect.canary import Canary
-from llmdiag.collect.http import Connection, HttpMetricsSource, format_bytes, normalise_base_url
+from llmdiag.collect.http import HttpMetricsSource
 from llmdiag.collect.prometheus import Scrape, parse_exposition
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.collect.source import Source, unavailable_source
-from llmdiag.engine.loader import load_probe
-from llmdiag.engine.schema import ProbeSpec
 from llmdiag.errors import (
     EmptyWindowError,
     ExpositionParseError,
@@ -28,6 +27,8 @@ from llmdiag.errors import (
     UsageError,
 )
 from llmdiag.model import SignalSet, SourceInfo
+from llmdiag.schema.loader import load_probe
+from llmdiag.schema.probes import ProbeSpec
 
 DEFAULT_INTERVAL_SECONDS = 1.0
 MIN_SCRAPES = 3

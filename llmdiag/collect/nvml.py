@@ -20,9 +20,9 @@ from typing import Any
 
 from llmdiag.collect.prometheus import Scrape, label_key
 from llmdiag.collect.source import Source, unavailable_source
-from llmdiag.engine.loader import load_probe
 from llmdiag.errors import ProbeError
 from llmdiag.model import SourceInfo
+from llmdiag.schema.loader import load_probe
 
 SAMPLE_INTERVAL_SECONDS = 0.5
 NO_GPU_NOTE = "GPU telemetry: unavailable (no NVIDIA driver found; pass --dcgm-url for remote GPUs)"

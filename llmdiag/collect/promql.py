@@ -40,13 +40,13 @@ from typing import Any
 
 import requests
 
-from llmdiag.collect.http import normalise_base_url, parse_header, redact_url
+from llmdiag.client.endpoint import normalise_base_url, parse_header, redact_url
 from llmdiag.collect.prometheus import LabelKey, Scrape, label_key
 from llmdiag.collect.signals import SignalBuilder
-from llmdiag.engine.loader import load_probe
-from llmdiag.engine.schema import ProbeSpec, SignalSpec
 from llmdiag.errors import ConnectError, ProbeTimeout, PrometheusQueryError, UsageError
 from llmdiag.model import Signal, SignalSet, SourceInfo, Window
+from llmdiag.schema.loader import load_probe
+from llmdiag.schema.probes import ProbeSpec, SignalSpec
 
 SERVER_PROBES = ("vllm", "sglang", "tgi", "llamacpp", "trtllm", "triton")
 # the labels that tell one scrape target (one server process) from another

@@ -13,8 +13,8 @@ from llmdiag.collect.prometheus import (
     histogram_window,
     select,
 )
-from llmdiag.engine.schema import ByDesignSpec, ProbeSpec, SignalSpec
 from llmdiag.model import Signal, SignalSet, SourceInfo, Window
+from llmdiag.schema.probes import ByDesignSpec, ProbeSpec, SignalSpec
 
 # labels that tell series of one metric apart without changing what it measures
 SERIES_LABELS = ("engine", "dp_rank", "model_name", "gpu", "GPU_I_ID", "process")

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmdiag.collect.prometheus import Scrape
-from llmdiag.engine.schema import ProbeSpec
 from llmdiag.model import SourceInfo
+from llmdiag.schema.probes import ProbeSpec
 
 
 @dataclass

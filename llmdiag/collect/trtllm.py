@@ -53,13 +53,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from llmdiag.collect.http import Connection, HttpMetricsSource
+from llmdiag.client.endpoint import Connection
+from llmdiag.collect.http import HttpMetricsSource
 from llmdiag.collect.prometheus import Scrape, parse_exposition
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.collect.source import Source
-from llmdiag.engine.schema import ProbeSpec
 from llmdiag.errors import NotMetricsError
 from llmdiag.model import Signal, SignalSet, SourceInfo, Window
+from llmdiag.schema.probes import ProbeSpec
 
 PROBE = "trtllm"
 SERVER = "TensorRT-LLM"

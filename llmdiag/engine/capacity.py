@@ -39,8 +39,16 @@ from pydantic import BaseModel, Field
 
 from llmdiag.errors import UsageError
 from llmdiag.model import Roofline, Signal, SignalSet
-from llmdiag.sim.hardware import GIB, GpuSpec, ModelSpec, find_gpu, find_model, interconnect_for, min_tensor_parallel
-from llmdiag.sim.physics import (
+from llmdiag.physics.hardware import (
+    GIB,
+    GpuSpec,
+    ModelSpec,
+    find_gpu,
+    find_model,
+    interconnect_for,
+    min_tensor_parallel,
+)
+from llmdiag.physics.step import (
     DEFAULT_ACTIVATION_RESERVE_BYTES,
     DEFAULT_BLOCK_SIZE_TOKENS,
     DEFAULT_GPU_MEMORY_UTILIZATION,

@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from llmdiag.engine.capacity import CapacityReport, Resource, SimulatedCapacity, plan_capacity
-from llmdiag.sim.hardware import GpuSpec, ModelSpec, interconnect_for
-from llmdiag.sim.physics import Deployment
+from llmdiag.physics.hardware import GpuSpec, ModelSpec, interconnect_for
+from llmdiag.physics.step import Deployment
 
 MAX_SIMULATED_USERS = 1000  # the streams one process (simulator and clients together) sustains
 OUTPUT_SPREAD = 0.25  # vary output lengths a little so a closed loop's users do not stay in lockstep

@@ -13,8 +13,6 @@ import re
 from llmdiag.config import Settings
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.fixes import engine_fixes, engine_of, fixes_for
-from llmdiag.engine.loader import load_rules
-from llmdiag.engine.schema import Condition, Ladder, RuleSpec, SignalRef
 from llmdiag.model import (
     BOTTLENECK_CATEGORIES,
     Bottleneck,
@@ -29,6 +27,8 @@ from llmdiag.model import (
     SignalSet,
     Verdict,
 )
+from llmdiag.schema.loader import load_rules
+from llmdiag.schema.rules import Condition, Ladder, RuleSpec, SignalRef
 
 # signals without which "healthy" cannot be claimed
 CORE_SIGNALS = ("requests_running", "requests_waiting", "kv_cache_usage_ratio", "ttft_seconds", "itl_seconds")

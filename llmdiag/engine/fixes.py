@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llmdiag.engine.schema import ENGINES, RuleSpec
 from llmdiag.model import Finding, SourceInfo, Verdict
+from llmdiag.schema.rules import ENGINES, RuleSpec
 
 ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "tgi": "TGI", "llamacpp": "llama.cpp"}
 # what a verdict without a recognised server is shown (an analysis of GPU telemetry or traces only)

@@ -32,10 +32,9 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 
-from llmdiag import __version__
+from llmdiag._version import __version__
 from llmdiag.config import Settings
 from llmdiag.engine.evaluate import evaluate_rule
-from llmdiag.engine.loader import load_rules
 from llmdiag.model import (
     Bottleneck,
     FleetFinding,
@@ -49,6 +48,7 @@ from llmdiag.model import (
     Transition,
     Verdict,
 )
+from llmdiag.schema.loader import load_rules
 
 PEER_ZERO_RATIO = 1000.0
 MAX_RATIO = 1e6

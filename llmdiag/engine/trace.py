@@ -36,12 +36,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from llmdiag import __version__
+from llmdiag._version import __version__
 from llmdiag.collect.torch_trace import CommArgs, CommOp, RankTrace, read_trace
 from llmdiag.config import Settings
 from llmdiag.engine.evaluate import build_verdict
-from llmdiag.engine.loader import load_collectives
-from llmdiag.engine.schema import CollectiveSpec
 from llmdiag.errors import LlmdiagError, TraceFileError, UsageError
 from llmdiag.model import (
     CollectiveStats,
@@ -54,6 +52,8 @@ from llmdiag.model import (
     TraceReport,
     Window,
 )
+from llmdiag.schema.collectives import CollectiveSpec
+from llmdiag.schema.loader import load_collectives
 
 Interval = tuple[float, float]
 # messages at least this large are bandwidth-bound; smaller ones measure latency, not the link
@@ -694,7 +694,7 @@ def _group_job(traces: list[RankTrace], problems: list[TraceProblem]) -> list[Ra
 
 
 def analyze(paths: list[Path], link: str | None = None, hta_compat: bool = False) -> TraceReport:
-    from llmdiag.engine.links import expected_bus_bandwidth_bytes_per_second
+    from llmdiag.schema.links import expected_bus_bandwidth_bytes_per_second
 
     files = trace_files(paths)
     report = TraceReport(paths=[str(p) for p in paths], hta_compat=hta_compat)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from llmdiag.engine.schema import RuleSpec
 from llmdiag.render.files import write_atomic
+from llmdiag.schema.rules import RuleSpec
 
 ENGINE_TITLES = (
     ("vllm", "vLLM"),

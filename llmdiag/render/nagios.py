@@ -15,9 +15,9 @@ import re
 
 from llmdiag.check import CheckReport, State, TargetResult
 from llmdiag.config import Settings
-from llmdiag.engine.loader import load_rules
-from llmdiag.engine.schema import RuleSpec
 from llmdiag.model import Verdict
+from llmdiag.schema.loader import load_rules
+from llmdiag.schema.rules import RuleSpec
 
 # label, signal, stat, UOM, min, max: always reported (U when unavailable)
 PERFDATA = (

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from llmdiag.errors import UsageError
-from llmdiag.sim.physics import Deployment, StepLoad, StepTime, kv_bytes_per_token_per_gpu, kv_capacity, step_time
+from llmdiag.physics.step import Deployment, StepLoad, StepTime, kv_bytes_per_token_per_gpu, kv_capacity, step_time
 
 FinishReason = Literal["stop", "length", "abort", "error", "repetition"]
 FINISH_REASONS: tuple[FinishReason, ...] = ("stop", "length", "abort", "error", "repetition")

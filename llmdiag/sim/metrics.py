@@ -55,9 +55,9 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from llmdiag.physics.hardware import MIB
+from llmdiag.physics.step import kv_bytes_per_token_per_gpu
 from llmdiag.sim.engine import FINISH_REASONS, REJECT_REASONS, Engine, Histogram
-from llmdiag.sim.hardware import MIB
-from llmdiag.sim.physics import kv_bytes_per_token_per_gpu
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ENGINE_INDEX = "0"

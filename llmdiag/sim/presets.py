@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmdiag.errors import UsageError
+from llmdiag.physics.hardware import GPUS, MODELS, interconnect_for
+from llmdiag.physics.step import Deployment
 from llmdiag.sim.engine import EngineConfig
-from llmdiag.sim.hardware import GPUS, MODELS, interconnect_for
-from llmdiag.sim.physics import Deployment
 
 
 @dataclass(frozen=True)

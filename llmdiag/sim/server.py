@@ -65,9 +65,10 @@ from typing import Any
 
 from aiohttp import web
 
-from llmdiag.collect.requests import BackgroundLoad, RequestPlan, RequestResult
-from llmdiag.collect.rxtime import StampingListener, StampingSocket
-from llmdiag.collect.rxtime import listener as rx_listener
+from llmdiag.client.result import RequestPlan, RequestResult
+from llmdiag.client.runners import BackgroundLoad
+from llmdiag.client.rxtime import StampingListener, StampingSocket
+from llmdiag.client.rxtime import listener as rx_listener
 from llmdiag.errors import UsageError
 from llmdiag.sim.dialects import Dialect, Page, PageUnavailable, SimState, get_dialect
 from llmdiag.sim.engine import AdmissionRejected, Engine, EngineConfig, FinishReason, SimRequest

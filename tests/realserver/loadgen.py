@@ -17,7 +17,10 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from llmdiag.collect.requests import BackgroundLoad, OpenAIClient, PromptFactory, RequestPlan, RequestResult
+from llmdiag.client.openai import OpenAIClient
+from llmdiag.client.prompts import PromptFactory
+from llmdiag.client.result import RequestPlan, RequestResult
+from llmdiag.client.runners import BackgroundLoad
 
 # Short common words; most are one or two tokens in the stdlib-trained BPE.
 WORDS = (

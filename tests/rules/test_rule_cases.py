@@ -12,8 +12,8 @@ import pytest
 
 from llmdiag.config import Mute, RuleOverride, Settings
 from llmdiag.engine.evaluate import evaluate_rule
-from llmdiag.engine.loader import load_rules, tomllib
 from llmdiag.model import Signal, SignalSet
+from llmdiag.schema.loader import load_rules, tomllib
 
 CASES_DIR = Path(__file__).parent
 RULES = {r.code: r for r in load_rules()}

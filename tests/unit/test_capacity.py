@@ -11,9 +11,9 @@ from rich.console import Console
 
 from llmdiag.engine.capacity import CapacityReport, plan_capacity, roofline_decode_tokens_per_second, sustained_load
 from llmdiag.errors import UsageError
+from llmdiag.physics.hardware import GPUS, MODELS
+from llmdiag.physics.step import Deployment, StepLoad
 from llmdiag.render.capacity import render_capacity, render_capacity_json
-from llmdiag.sim.hardware import GPUS, MODELS
-from llmdiag.sim.physics import Deployment, StepLoad
 
 
 @pytest.fixture(scope="module")

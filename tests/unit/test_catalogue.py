@@ -15,11 +15,12 @@ from llmdiag.engine.baseline import HISTORY_SIGNALS
 from llmdiag.engine.derived import REGISTRY
 from llmdiag.engine.evaluate import PLACEHOLDER_RE
 from llmdiag.engine.fleet import FLEET_SIGNALS
-from llmdiag.engine.loader import load_probe, load_rules, parse_rule
-from llmdiag.engine.schema import ENGINES, STAT_NAMES
 from llmdiag.engine.trace import TRACE_SIGNALS
 from llmdiag.errors import RuleSpecError
 from llmdiag.render.docs import DOC_SECTIONS, render_rule_index, render_rule_markdown
+from llmdiag.schema.loader import load_probe, load_rules, parse_rule
+from llmdiag.schema.probes import STAT_NAMES
+from llmdiag.schema.rules import ENGINES
 from tests.conftest import REPO_ROOT
 
 COLLECTOR_SIGNALS = {"counter_resets", "implausible_samples"}

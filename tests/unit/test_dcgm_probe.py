@@ -14,8 +14,8 @@ from llmdiag.collect.signals import build_signal_set, drop_blanks, is_blank
 from llmdiag.config import Settings
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.evaluate import build_verdict, evaluate_rule
-from llmdiag.engine.loader import load_probe, load_rules
 from llmdiag.model import Category, Signal, SignalSet
+from llmdiag.schema.loader import load_probe, load_rules
 from tests.conftest import FIXTURES
 
 RULES = {rule.code: rule for rule in load_rules()}
@@ -142,7 +142,7 @@ def test_network_says_not_evaluated_for_lack_of_telemetry_only_without_dcgm():
 
 
 def test_a_bare_dcgm_address_means_its_metrics_page_and_carries_no_credentials():
-    from llmdiag.collect.http import Connection
+    from llmdiag.client.endpoint import Connection
     from llmdiag.collect.metrics import dcgm_connection
 
     server = Connection(base_url="http://llm:8000", api_key="sk-secret", timeout_seconds=2.0)

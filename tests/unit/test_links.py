@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from llmdiag.engine.links import (
+from llmdiag.errors import RuleSpecError
+from llmdiag.schema.links import (
     describe_link,
     expected_bus_bandwidth_bytes_per_second,
     link_from_nvml,
     load_links,
     parse_catalogue,
 )
-from llmdiag.errors import RuleSpecError
 
 GB = 1e9
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmdiag.collect.requests import RequestResult
+from llmdiag.client.result import RequestResult
 from llmdiag.engine.load import find_knee, percentiles, quantile, summarise
 from llmdiag.model import Bottleneck, Verdict
 

@@ -17,9 +17,9 @@ from llmdiag.collect.nvml import NO_GPU_NOTE, NvmlSampler, open_nvml_source
 from llmdiag.collect.nvml_record import RecordingNvml, ReplayNvml
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.collect.source import Source
-from llmdiag.engine.loader import load_probe
 from llmdiag.errors import ProbeError
 from llmdiag.model import SignalSet, SourceInfo
+from llmdiag.schema.loader import load_probe
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "nvml"
 H100 = FIXTURES / "h100-sxm-tp2-decode.json"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from llmdiag.errors import InputFileError, UsageError
-from llmdiag.sim.hardware import GPUS, MODELS, find_gpu, find_model, interconnect_for, load_model_config
-from llmdiag.sim.physics import (
+from llmdiag.physics.hardware import GPUS, MODELS, find_gpu, find_model, interconnect_for, load_model_config
+from llmdiag.physics.step import (
     Deployment,
     StepLoad,
     allreduce_seconds,

@@ -6,9 +6,9 @@ import math
 
 from llmdiag.collect.prometheus import parse_exposition
 from llmdiag.collect.signals import build_signal_set
-from llmdiag.engine.loader import load_probe
 from llmdiag.model import Signal, Verdict
 from llmdiag.render.html import scan_charts
+from llmdiag.schema.loader import load_probe
 
 SPEC = load_probe("vllm")
 LABELS = 'engine="0",model_name="m"'

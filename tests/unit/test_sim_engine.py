@@ -11,6 +11,8 @@ import math
 import pytest
 
 from llmdiag.errors import UsageError
+from llmdiag.physics.hardware import GPUS, MODELS, interconnect_for
+from llmdiag.physics.step import Deployment, StepLoad, decode_load, prefill_load, step_time
 from llmdiag.sim.engine import (
     ITL_BUCKETS,
     AdmissionRejected,
@@ -22,9 +24,7 @@ from llmdiag.sim.engine import (
     allreduce_bytes_per_gpu,
     request_tokens_buckets,
 )
-from llmdiag.sim.hardware import GPUS, MODELS, interconnect_for
 from llmdiag.sim.metrics import DcgmCollector, vllm_registry
-from llmdiag.sim.physics import Deployment, StepLoad, decode_load, prefill_load, step_time
 
 H100, L4 = GPUS["H100"], GPUS["L4"]
 LLAMA8, LLAMA70 = MODELS["llama-3-8b"], MODELS["llama-3-70b"]

@@ -10,7 +10,7 @@ import pytest
 
 from llmdiag.collect.prometheus import Scrape, parse_exposition
 from llmdiag.collect.signals import build_signal_set
-from llmdiag.engine.loader import load_probe
+from llmdiag.schema.loader import load_probe
 
 SPEC = load_probe("vllm")
 

@@ -10,8 +10,10 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from llmdiag.engine.schema import CollectiveSpec, ProbeSpec, RuleSpec
 from llmdiag.errors import RuleSpecError
+from llmdiag.schema.collectives import CollectiveSpec
+from llmdiag.schema.probes import ProbeSpec
+from llmdiag.schema.rules import RuleSpec
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from llmdiag.errors import UsageError
-from llmdiag.sim.hardware import GIB, GpuSpec, InterconnectSpec, ModelSpec, interconnect_for
+from llmdiag.physics.hardware import GIB, GpuSpec, InterconnectSpec, ModelSpec, interconnect_for
 
 # vLLM 0.32 defaults (vllm/config/cache.py: gpu_memory_utilization 0.92, DEFAULT_BLOCK_SIZE 16)
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92

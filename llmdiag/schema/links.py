@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from llmdiag.engine.loader import _parse
+from llmdiag.schema.loader import _parse
 
 LINK_NAME = re.compile(r"^(?:nvlink(?P<nv>[1-9])(?:x(?P<links>\d+))?|pcie(?P<gen>[1-9])x(?P<width>\d+)|[a-z0-9-]+)$")
 # compute capability major -> NVLink generation, for when NVML's version number is missing or out of range

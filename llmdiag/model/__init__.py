@@ -1,0 +1,72 @@
+"""The data that flows between the stages: collect → SignalSet → engine → Verdict (and the other reports) → render.
+
+Values are in base units (seconds, bytes, ratios 0–1, per-second rates); the unit is in the signal name.
+A value that could not be measured is ``None`` with ``unavailable`` saying why: missing is never zero.
+Every model is importable from here (``from llmdiag.model import Verdict``); each lives in its own module.
+"""
+
+from llmdiag.model.fleet import (
+    FleetFinding,
+    FleetReport,
+    FleetStep,
+    FleetTarget,
+    FleetTimeline,
+    ReplicaNumbers,
+    Transition,
+)
+from llmdiag.model.load import Knee, LoadPoint, LoadReport, Percentiles
+from llmdiag.model.report import SCHEMA_VERSION
+from llmdiag.model.signals import Signal, SignalKind, SignalSet, SourceInfo, Window, WindowKind
+from llmdiag.model.trace import CollectiveStats, RankStats, Straggler, TraceProblem, TraceReport
+from llmdiag.model.verdict import (
+    BOTTLENECK_CATEGORIES,
+    Bottleneck,
+    Category,
+    ClassCoverage,
+    Coverage,
+    Evidence,
+    Experience,
+    Finding,
+    Roofline,
+    RuleOutcome,
+    Severity,
+    Verdict,
+)
+
+__all__ = [
+    "BOTTLENECK_CATEGORIES",
+    "Bottleneck",
+    "Category",
+    "ClassCoverage",
+    "CollectiveStats",
+    "Coverage",
+    "Evidence",
+    "Experience",
+    "Finding",
+    "FleetFinding",
+    "FleetReport",
+    "FleetStep",
+    "FleetTarget",
+    "FleetTimeline",
+    "Knee",
+    "LoadPoint",
+    "LoadReport",
+    "Percentiles",
+    "RankStats",
+    "ReplicaNumbers",
+    "Roofline",
+    "RuleOutcome",
+    "SCHEMA_VERSION",
+    "Severity",
+    "Signal",
+    "SignalKind",
+    "SignalSet",
+    "SourceInfo",
+    "Straggler",
+    "TraceProblem",
+    "TraceReport",
+    "Transition",
+    "Verdict",
+    "Window",
+    "WindowKind",
+]

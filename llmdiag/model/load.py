@@ -1,0 +1,74 @@
+"""`llmdiag load`: client-side measurements per load level, and where adding load stops paying."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from llmdiag.model.report import SCHEMA_VERSION
+from llmdiag.model.verdict import Bottleneck, Verdict
+
+# ---------------------------------------------------------------------------------------------
+# client-side measurements: canary requests in a scan, and `llmdiag load`
+
+
+class Percentiles(BaseModel):
+    """A distribution over requests; ``count`` is how many requests it is over (0: all values None)."""
+
+    count: int = 0
+    mean: float | None = None
+    p5: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+
+class LoadPoint(BaseModel):
+    """One load level (a number of closed-loop users, or an arrival rate) and what it measured."""
+
+    users: int | None = None
+    rate_per_second: float | None = None
+    window_seconds: float
+    requests_completed: int = 0
+    requests_cancelled: int = 0
+    errors: dict[str, int] = Field(default_factory=dict)  # kind (http 503, timeout, stream …) → count
+    error_examples: list[str] = Field(default_factory=list)
+    ttft_seconds: Percentiles = Field(default_factory=Percentiles)
+    itl_seconds: Percentiles = Field(default_factory=Percentiles)
+    tpot_seconds: Percentiles = Field(default_factory=Percentiles)
+    e2e_seconds: Percentiles = Field(default_factory=Percentiles)
+    output_tokens_per_second: float | None = None
+    # what each user gets while its answer streams (1 / TPOT), and over the whole request, wait included
+    per_user_decode_tokens_per_second: Percentiles = Field(default_factory=Percentiles)
+    per_user_tokens_per_second: Percentiles = Field(default_factory=Percentiles)
+    # the seed arithmetic: total tokens/s divided by the users, as if each got an equal slice of a fixed rate
+    naive_per_user_tokens_per_second: float | None = None
+    goodput_requests_per_second: float | None = None
+    goodput_ratio: float | None = None
+    verdict: Verdict | None = None
+
+
+class Knee(BaseModel):
+    """Where adding load stops paying: the first point whose per-user speed or goodput breaks."""
+
+    users: int | None = None
+    rate_per_second: float | None = None
+    reason: str
+    bottleneck: Bottleneck | None = None
+
+
+class LoadReport(BaseModel):
+    schema_version: str = SCHEMA_VERSION
+    tool_version: str = ""
+    target: str = ""
+    model: str = ""
+    mode: Literal["closed", "open"] = "closed"
+    prompt_tokens: str = ""
+    output_tokens: str = ""
+    slo_ttft_seconds: float | None = None
+    slo_tpot_seconds: float | None = None
+    points: list[LoadPoint] = Field(default_factory=list)
+    knee: Knee | None = None
+    notes: list[str] = Field(default_factory=list)

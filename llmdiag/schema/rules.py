@@ -1,0 +1,148 @@
+"""Rule specs (rules/<category>/<CODE>-<slug>.toml): gate, severity ladder, texts and fixes per engine."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from llmdiag.model import Category
+from llmdiag.schema.base import _Strict
+
+# ---------------------------------------------------------------------------------------------
+# rules
+
+CODE_RE = re.compile(r"^(MEM|CMP|SCH|NET|SAN|REG)\d{3}$")
+SLUG_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+CODE_PREFIX = {
+    "MEM": "memory",
+    "CMP": "compute",
+    "SCH": "scheduling",
+    "NET": "network",
+    "SAN": "sanity",
+    "REG": "regression",
+}
+
+
+class SignalRef(_Strict):
+    signal: str
+    stat: str = "value"
+
+
+class Condition(SignalRef):
+    op: Literal[">", ">=", "<", "<=", "==", "!="]
+    value: float
+    # a gate whose signal a server does not have: "skip" the rule (the default), or "pass" and judge it on the rest
+    # (for a guard another gate or the server's design already covers; the evidence shows it unavailable)
+    if_missing: Literal["skip", "pass"] = "skip"
+
+    def holds(self, observed: float) -> bool:
+        return {
+            ">": observed > self.value,
+            ">=": observed >= self.value,
+            "<": observed < self.value,
+            "<=": observed <= self.value,
+            "==": observed == self.value,
+            "!=": observed != self.value,
+        }[self.op]
+
+
+class Ladder(SignalRef):
+    """Severity from one signal: ``warning`` and ``critical`` thresholds in ``direction``."""
+
+    direction: Literal["above", "below"] = "above"
+    warning: float
+    critical: float | None = None  # none: the finding never goes past warning
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Ladder:
+        if self.critical is None:
+            return self
+        if self.direction == "above" and self.critical < self.warning:
+            raise ValueError("with direction 'above', critical must be >= warning")
+        if self.direction == "below" and self.critical > self.warning:
+            raise ValueError("with direction 'below', critical must be <= warning")
+        return self
+
+
+ENGINES = ("vllm", "sglang", "trtllm", "tgi", "llamacpp")
+
+
+class Fix(_Strict):
+    """What to change: ``text`` for everyone, then each engine's own flags or options. An engine the rule cannot
+    judge (its signals do not exist there) is left out of ``applies_to``; every engine in it needs its fixes."""
+
+    text: str
+    vllm: list[str] = Field(default_factory=list)
+    sglang: list[str] = Field(default_factory=list)
+    trtllm: list[str] = Field(default_factory=list)
+    tgi: list[str] = Field(default_factory=list)
+    llamacpp: list[str] = Field(default_factory=list)
+    applies_to: list[Literal["vllm", "sglang", "trtllm", "tgi", "llamacpp"]] = Field(
+        default_factory=lambda: list(ENGINES)
+    )
+
+    def for_engine(self, engine: str) -> list[str]:
+        return list(getattr(self, engine, [])) if engine in ENGINES else []
+
+    @model_validator(mode="after")
+    def _fixes_where_it_applies(self) -> Fix:
+        if not self.text.strip():
+            raise ValueError("fix text is empty")
+        if len(set(self.applies_to)) != len(self.applies_to):
+            raise ValueError("applies_to repeats an engine")
+        outside = [e for e in ENGINES if getattr(self, e) and e not in self.applies_to]
+        if outside:
+            raise ValueError(f"fixes for {', '.join(outside)}, which applies_to leaves out")
+        empty = [e for e in ENGINES if any(not flag.strip() for flag in getattr(self, e))]
+        if empty:
+            raise ValueError(f"an empty fix for {', '.join(empty)}")
+        return self
+
+
+class RuleSpec(_Strict):
+    code: str
+    slug: str
+    title: str
+    category: Category
+    status: Literal["preview", "stable", "deprecated"] = "stable"
+    # a fault or a risk worth fixing that does not by itself limit the server (a degraded but idle link, an OOM
+    # risk): shown with its evidence, never the verdict's class
+    advisory: bool = False
+    summary: str
+    what: str
+    why: str
+    verify: str = ""
+    severity: Ladder
+    gate: list[Condition] = Field(default_factory=list)
+    evidence: list[SignalRef] = Field(default_factory=list)
+    fix: Fix
+    # judged only where that rule is skipped for want of inputs (a stand-in for logs, which lack request counts)
+    instead_of: str | None = None
+    # what the rule judges: one server's window ("server"), or several replicas side by side ("fleet": judged on the
+    # fleet's own signals by llmdiag.engine.fleet, never in a single server's verdict)
+    scope: Literal["server", "fleet"] = "server"
+
+    @field_validator("code")
+    @classmethod
+    def _code(cls, code: str) -> str:
+        if not CODE_RE.match(code):
+            raise ValueError("must be MEM, CMP, SCH, NET, SAN or REG followed by three digits")
+        return code
+
+    @field_validator("slug")
+    @classmethod
+    def _slug(cls, slug: str) -> str:
+        if not SLUG_RE.match(slug):
+            raise ValueError("must be lower-case words joined by '-'")
+        return slug
+
+    @model_validator(mode="after")
+    def _category_matches_code(self) -> RuleSpec:
+        if CODE_PREFIX[self.code[:3]] != self.category.value:
+            raise ValueError(f"code {self.code} belongs to category '{CODE_PREFIX[self.code[:3]]}'")
+        return self
+
+    def inputs(self) -> list[SignalRef]:
+        return [self.severity, *self.gate, *self.evidence]
