@@ -22,9 +22,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from llmdiag.collect.nvml import NvmlSampler, explain  # noqa: E402
-from llmdiag.collect.nvml_record import RecordingNvml  # noqa: E402
 from llmdiag.collect.signals import build_signal_set  # noqa: E402
+from llmdiag.collect.telemetry.nvml import NvmlSampler, explain  # noqa: E402
+from llmdiag.collect.telemetry.nvml_record import RecordingNvml  # noqa: E402
 from llmdiag.model import SignalSet  # noqa: E402
 from llmdiag.schema.loader import load_probe  # noqa: E402
 

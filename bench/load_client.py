@@ -5,7 +5,7 @@ Every load runs against a server in its OWN process, and every client in its own
 is measured alone (psutil over each process tree; the rest of the machine is reported as "other"):
 
 1. CPU per token, side by side: GuideLLM 0.8.1 (``guidellm run``, its own venv, built by bench/guidellm_env.py), our
-   client as a library (``llmdiag.collect.requests``: ``closed_loop`` on an ``OpenAIClient``, in a child process of
+   client as a library (``llmdiag.client``: ``closed_loop`` on an ``OpenAIClient``, in a child process of
    this file) and ``llmdiag load`` (the command: the same client plus its scan of the server during the level) each
    run a closed loop of N concurrent streaming chat requests (prompt P words, output O tokens, ignore_eos) for S
    seconds against the simulator (``python -m llmdiag sim serve``), same preset, same time scale. Two figures each:
@@ -21,7 +21,7 @@ is measured alone (psutil over each process tree; the rest of the machine is rep
    TTFT (first token written − request's bytes read), and the client's gaps between events against the server's gaps
    between writes; p50/p99 of the absolute differences (target p99 ≤ 5 ms). The TTFT difference is split into its
    two parts: request sent → the simulator's stamp of its arrival, and first event written → the client's stamp of
-   its arrival. Both stamp arrivals with the kernel's receive time of the read (llmdiag/collect/rxtime.py).
+   its arrival. Both stamp arrivals with the kernel's receive time of the read (llmdiag/client/rxtime.py).
    Output lengths spread ±50 % so that users do not move in lockstep. Then
    ``llmdiag load`` itself drives the same 1000 users (completed requests, errors, CPU).
 3. Max ingest, 1000 users, long outputs: (a) the simulator sped up (``--ingest-scales``); it runs out of CPU first
@@ -498,7 +498,7 @@ def run_cli(sim: SimProcess, users: int, seconds: float, prompt: int, output: in
 
 
 def driver_main(spec: dict[str, Any]) -> int:
-    """The child process: our client's closed loop (``llmdiag.collect.requests``), then one JSON line of totals on
+    """The child process: our client's closed loop (``llmdiag.client``), then one JSON line of totals on
     stdout, and with ``spec["records"]`` every request's id and timestamps written there (after the load)."""
     import asyncio  # noqa: PLC0415
     import random  # noqa: PLC0415
@@ -883,7 +883,7 @@ def print_cpu_table(groups: list[list[ClientRun]]) -> None:
                 f"{fmt(steady, '.3f')}, whole run {fmt(whole, '.3f')}{verdict}"
             )
     print(
-        "library: llmdiag.collect.requests.closed_loop in a child process of this bench; load CLI: `llmdiag load` "
+        "library: llmdiag.client.runners.closed_loop in a child process of this bench; load CLI: `llmdiag load` "
         "(the same client plus its scan of /metrics during the level and its report). scale: the simulator's time "
         "scale; tok/s, client, sim and other CPU (c = cores; other = the rest of the machine: this bench, the kernel, "
         "other users) over the steady window; ITL: each client's own median; steady s/1k: client CPU-seconds per "
@@ -953,7 +953,7 @@ def print_agreement(agreements: list[Agreement]) -> None:
             "sent → server reads it: from the client writing the request to the simulator's stamp of its arrival; "
             "1st event write → read and every event: from the simulator writing an event to the client's stamp "
             "of its arrival (one clock, time.monotonic()). Both sides stamp arrivals with the kernel's receive "
-            "time of the read (SO_TIMESTAMPNS, llmdiag/collect/rxtime.py), so neither event loop's lag under a "
+            "time of the read (SO_TIMESTAMPNS, llmdiag/client/rxtime.py), so neither event loop's lag under a "
             "thousand streams counts. Events that pile up unread while the client is more than a gap behind reach "
             "it in one read under the stamp of the last one (the kernel merges them): their gap reads 0, counted "
             "above."

@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from llmdiag.collect.prometheus import parse_exposition  # noqa: E402
+from llmdiag.collect.exposition import parse_exposition  # noqa: E402
 from llmdiag.collect.signals import build_signal_set  # noqa: E402
 from llmdiag.engine.evaluate import build_verdict  # noqa: E402
 from llmdiag.schema.loader import load_probe  # noqa: E402

@@ -407,8 +407,8 @@ def scan(
     prometheus_ca: PrometheusCaOpt = None,
 ) -> None:
     """Watch a live server for a window and say what limits it; several servers are compared as a fleet."""
-    from llmdiag.api import diagnose
-    from llmdiag.collect.metrics import TelemetryOptions
+    from llmdiag.api.scan import diagnose
+    from llmdiag.collect.live import TelemetryOptions
 
     if prometheus is not None:
         scan_prometheus(
@@ -541,8 +541,8 @@ def scan_fleet(
 ) -> NoReturn:
     """Several targets at once: the fleet view. Exit 2 only when no target could be probed; otherwise by the worst
     finding (a replica's or the fleet's) against --fail-on."""
-    from llmdiag.api import diagnose_fleet
-    from llmdiag.check import connection_for
+    from llmdiag.api.check import connection_for
+    from llmdiag.api.fleet import diagnose_fleet
     from llmdiag.model import Severity
     from llmdiag.render.fleet import render_fleet
     from llmdiag.targets import read_targets_file, url_targets
@@ -645,8 +645,9 @@ def scan_prometheus(
     """`scan --prometheus URL`: every instance of the selector judged from PromQL as a fleet (the same view as a
     multi-target scan), or with --step a fleet timeline. Exit as for a fleet scan: by the worst finding shown (the
     worst step's, for a timeline) against --fail-on; 2 when Prometheus cannot be read or the arguments are wrong."""
-    from llmdiag.api import diagnose_prometheus_fleet, diagnose_prometheus_fleet_timeline
-    from llmdiag.collect.promql import PrometheusSource, parse_duration, parse_time
+    from llmdiag.api.fleet import diagnose_prometheus_fleet, diagnose_prometheus_fleet_timeline
+    from llmdiag.collect.prometheus.api import PrometheusSource
+    from llmdiag.collect.prometheus.plan import parse_duration, parse_time
     from llmdiag.model import Severity
     from llmdiag.render.fleet import render_fleet
 
@@ -713,7 +714,7 @@ def scan_prometheus(
 
 
 def load_nvml_replay(path: Path):
-    from llmdiag.collect.nvml_record import ReplayNvml
+    from llmdiag.collect.telemetry.nvml_record import ReplayNvml
 
     try:
         return ReplayNvml.from_file(path)
@@ -806,7 +807,7 @@ def demo(
     markdown: MarkdownOpt = False,
 ) -> None:
     """Start the built-in simulated vLLM in a known state, load it, scan it and print the verdict."""
-    from llmdiag.api import run_demo
+    from llmdiag.api.scan import run_demo
     from llmdiag.render.files import write_atomic
     from llmdiag.render.json import render_json
 
@@ -887,7 +888,7 @@ def sim_serve(
 
 def read_scan_trace(path: Path):
     """scan --trace: the traces are read before the window; a trace problem is a warning here, not the scan's end."""
-    from llmdiag.engine.trace import analyze as analyze_trace_files
+    from llmdiag.collect.trace.analysis import analyze as analyze_trace_files
 
     try:
         report = analyze_trace_files([path])
@@ -928,7 +929,8 @@ def trace(
 ) -> None:
     """Analyse PyTorch profiler (Kineto) traces: GPU busy, communication share, exposed communication, collectives
     with their bandwidth, and the straggler rank. Exit 2 when a trace could not be used (after the rest is shown)."""
-    from llmdiag.engine.trace import analyze_traces, problems_as_error
+    from llmdiag.api.trace import analyze_traces
+    from llmdiag.collect.trace.analysis import problems_as_error
     from llmdiag.render.files import write_atomic
 
     try:
@@ -985,7 +987,7 @@ def analyze(
     markdown: MarkdownOpt = False,
 ) -> None:
     """Diagnose from saved /metrics dumps or server logs (bug reports, past incidents)."""
-    from llmdiag.api import diagnose_files, diagnose_logs
+    from llmdiag.api.scan import diagnose_files, diagnose_logs
     from llmdiag.collect.logs import looks_like_log
 
     try:
@@ -1066,10 +1068,10 @@ def load(
     markdown: MarkdownOpt = False,
 ) -> None:
     """Drive a bounded load (closed-loop users or open-loop arrivals), level by level, and diagnose each level."""
-    from llmdiag.api import run_load
+    from llmdiag.api.load import run_load
     from llmdiag.client.endpoint import Connection
+    from llmdiag.collect.live import TelemetryOptions
     from llmdiag.collect.load import LoadPlan, TokenLengths
-    from llmdiag.collect.metrics import TelemetryOptions
     from llmdiag.render.files import write_atomic
     from llmdiag.render.load import render_load
 
@@ -1149,8 +1151,8 @@ def report(
 ) -> None:
     """Turn a saved result (a verdict or a load report, as JSON) into an HTML report or Markdown."""
     from llmdiag.model import FleetReport
+    from llmdiag.model.io import load_result
     from llmdiag.render.markdown import render_markdown
-    from llmdiag.results import load_result
 
     try:
         if output is None and not markdown:
@@ -1231,7 +1233,7 @@ def capacity(
             max_num_batched_tokens=max_num_batched_tokens,
         )
         if simulate:
-            from llmdiag.engine.capacity_sim import simulate_capacity
+            from llmdiag.planning import simulate_capacity
 
             if not as_json:
                 stderr.print(f"simulating for {simulate_seconds:g} s …")
@@ -1322,8 +1324,9 @@ def check(
     """Health check for cron and monitoring, Nagios style: one status line with perfdata, exit 0/1/2/3."""
     import socket
 
-    from llmdiag.check import CheckReport, State, run_check, run_prometheus_check
+    from llmdiag.api.check import run_check, run_prometheus_check
     from llmdiag.history import History, default_history_path
+    from llmdiag.model.check import CheckReport, State
     from llmdiag.render.nagios import render_nagios
     from llmdiag.render.textfile import push, write_textfile
 
@@ -1347,7 +1350,7 @@ def check(
                     f"{', '.join(given)} cannot go with --prometheus, which reads every server from Prometheus",
                     "narrow the servers with --selector '{job=\"vllm\"}'",
                 )
-            from llmdiag.collect.promql import PrometheusSource
+            from llmdiag.collect.prometheus.api import PrometheusSource
 
             source = PrometheusSource.from_options(
                 prometheus,

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmdiag.check import CheckReport, State, TargetResult, state_of
 from llmdiag.engine.baseline import add_baseline_signals
 from llmdiag.engine.derived import NO_BASELINE, add_derived
 from llmdiag.errors import HistoryError
 from llmdiag.history import CheckRow, History
 from llmdiag.model import Signal, SignalSet
+from llmdiag.model.check import CheckReport, State, TargetResult, state_of
 from llmdiag.render.textfile import write_textfile
 from tests.conftest import REPO_ROOT
 
@@ -107,7 +107,7 @@ def test_a_newer_schema_or_a_bad_file_is_a_clear_error(tmp_path: Path):
 
 
 def test_state_ranking_follows_the_nagios_convention():
-    from llmdiag.check import worst
+    from llmdiag.model.check import worst
 
     assert worst([State.OK, State.UNKNOWN]) is State.UNKNOWN
     assert worst([State.UNKNOWN, State.WARNING]) is State.WARNING
@@ -129,7 +129,7 @@ SLOW_WRITER = r"""
 import sys, time
 from pathlib import Path
 import prometheus_client.exposition as exposition
-from llmdiag.check import CheckReport, State, TargetResult
+from llmdiag.model.check import CheckReport, State, TargetResult
 from llmdiag.render.textfile import write_textfile
 
 real_open = open

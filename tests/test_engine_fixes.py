@@ -18,9 +18,9 @@ from rich.console import Console
 
 from llmdiag.engine.fixes import engine_fixes, engine_of, fix_view, fixes_for, verdict_engine
 from llmdiag.model import Finding, SourceInfo, Verdict
+from llmdiag.model.io import load_result
 from llmdiag.render.html import render_html
 from llmdiag.render.terminal import render_terminal
-from llmdiag.results import load_result
 from llmdiag.schema.loader import find_rule
 from llmdiag.sim.presets import get_preset
 from llmdiag.sim.server import ClosedLoopLoad, SimServer

@@ -73,8 +73,8 @@ def test_a_file_that_is_not_a_recording_is_a_clean_error(tmp_path: Path):
 def test_nvml_is_sampled_on_its_own_faster_interval_in_the_same_window():
     from llmdiag.api import diagnose
     from llmdiag.client.endpoint import Connection
-    from llmdiag.collect.metrics import TelemetryOptions
-    from llmdiag.collect.nvml_record import ReplayNvml
+    from llmdiag.collect.live import TelemetryOptions
+    from llmdiag.collect.telemetry.nvml_record import ReplayNvml
 
     replay = ReplayNvml.from_file(FIXTURES / "h100-sxm-tp2-decode.json")
     with ScriptedServer(growing_vllm) as server:

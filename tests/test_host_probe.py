@@ -26,9 +26,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from llmdiag.collect import host
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.collect.source import Source
+from llmdiag.collect.telemetry import host
 from llmdiag.model import SourceInfo
 from tests.conftest import REPO_ROOT, run_cli
 from tests.httpserver import Reply, ScriptedServer
@@ -322,7 +322,7 @@ AS_OTHER_USER = r"""
 import json, site, sys, time
 site.addsitedir(sys.argv[1])
 sys.path.insert(0, sys.argv[2])
-from llmdiag.collect.host import PROCESS_CPU, open_host_source
+from llmdiag.collect.telemetry.host import PROCESS_CPU, open_host_source
 by_port = open_host_source("http://127.0.0.1:" + sys.argv[3], [])
 by_pid = open_host_source("http://127.0.0.1:8000", [int(sys.argv[4])])
 cpu = []

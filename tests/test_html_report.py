@@ -337,8 +337,8 @@ def test_json_and_markdown_together_is_a_usage_error(tmp_path):
 
 def test_the_committed_example_is_current():
     """reports/examples/ is what the README's command makes: regenerate it when the template changes."""
+    from llmdiag.model.io import load_result
     from llmdiag.render.markdown import render_markdown
-    from llmdiag.results import load_result
     from tests.conftest import REPO_ROOT
 
     examples = REPO_ROOT / "reports" / "examples"

@@ -20,15 +20,9 @@ from urllib.parse import parse_qs
 import pytest
 import requests
 
-from llmdiag.collect.promql import (
-    PrometheusSource,
-    choose_window,
-    collect_prometheus,
-    collect_prometheus_timeline,
-    parse_duration,
-    parse_time,
-    selector_matchers,
-)
+from llmdiag.collect.prometheus.api import PrometheusSource
+from llmdiag.collect.prometheus.build import collect_prometheus, collect_prometheus_timeline
+from llmdiag.collect.prometheus.plan import choose_window, parse_duration, parse_time, selector_matchers
 from llmdiag.errors import UsageError
 from llmdiag.sim.presets import get_preset
 from llmdiag.sim.server import ClosedLoopLoad, SimServer

@@ -1,4 +1,4 @@
-"""The client side of "what users actually get": llmdiag.collect.requests over real HTTP on 127.0.0.1.
+"""The client side of "what users actually get": llmdiag.client over real HTTP on 127.0.0.1.
 
 Two kinds of server: the simulator (a vLLM on the wire) for the API, the runners and prompt lengths; and a raw
 scripted TCP server that sends exactly the bytes a test gives it, for broken streams, error answers and stalls.

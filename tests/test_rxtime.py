@@ -1,4 +1,4 @@
-"""Arrival stamps from the kernel (llmdiag.collect.rxtime): a busy reader still stamps when the bytes came.
+"""Arrival stamps from the kernel (llmdiag.client.rxtime): a busy reader still stamps when the bytes came.
 
 Real loopback sockets, the real client and the simulator with its server-side timings on. The margins are wide
 (a reader held up 300 ms, stamps judged to 50 ms) so that a busy machine cannot fail them by itself.

@@ -14,8 +14,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmdiag.collect.metrics import check_server
-from llmdiag.collect.prometheus import parse_exposition
+from llmdiag.collect.exposition import parse_exposition
+from llmdiag.collect.servers.pages import check_server
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.engine.evaluate import CORE_SIGNALS
 from llmdiag.physics.hardware import GPUS, MODELS

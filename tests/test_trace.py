@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from llmdiag.api import analyze_traces
-from llmdiag.collect.torch_trace import read_trace
-from llmdiag.engine.trace import classifier, intersection_total, merge, total
+from llmdiag.collect.trace.analysis import classifier
+from llmdiag.collect.trace.intervals import intersection_total, merge, total
+from llmdiag.collect.trace.reader import read_trace
 from tests.conftest import REPO_ROOT
 
 TRACES = REPO_ROOT.parent / "shared" / "traces"

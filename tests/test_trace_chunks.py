@@ -14,10 +14,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-import llmdiag.collect.torch_trace as tt
-import llmdiag.engine.trace as engine
+import llmdiag.collect.trace.analysis as engine
+import llmdiag.collect.trace.reader as tt
 from llmdiag.api import analyze_traces
-from llmdiag.engine.trace import classifier
+from llmdiag.collect.trace.analysis import classifier
 from tests.conftest import REPO_ROOT
 
 TRACES = REPO_ROOT.parent / "shared" / "traces"

@@ -65,7 +65,7 @@ def test_an_unwritable_output_is_one_error(tmp_path: Path):
 
 # What `llmdiag trace --json` must not load: the HTTP and load stacks, the other commands, and rich (its terminal
 # view is not printed). On a small trace the run is mostly interpreter start and imports (bench/bench_trace.py).
-NOT_FOR_TRACE_JSON = ("requests", "aiohttp", "asyncio", "rich.console", "llmdiag.api", "llmdiag.collect.metrics")
+NOT_FOR_TRACE_JSON = ("requests", "aiohttp", "asyncio", "rich.console", "llmdiag.api.scan", "llmdiag.collect.live")
 
 
 def test_trace_json_loads_only_what_it_uses():

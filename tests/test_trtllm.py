@@ -13,8 +13,9 @@ import requests
 
 from llmdiag.client.endpoint import Connection
 from llmdiag.collect.detect import detect_live
-from llmdiag.collect.metrics import collect_files, collect_live
-from llmdiag.collect.trtllm import missing_records, signals_from_iteration_records
+from llmdiag.collect.files import collect_files
+from llmdiag.collect.live import collect_live
+from llmdiag.collect.servers.trtllm import missing_records, signals_from_iteration_records
 from llmdiag.engine.evaluate import build_verdict
 from llmdiag.sim.presets import get_preset
 from llmdiag.sim.server import ClosedLoopLoad, SimServer
@@ -211,7 +212,7 @@ def test_a_second_scraper_draining_metrics_is_reported():
 def test_prometheus_page_absent_says_which_options_enable_it():
     signals, _ = scan("trtllm", "healthy", "trtllm", path="/prometheus/metrics")
     assert signals.get("requests_running").unavailable is None  # the simulator serves it; now an absent one:
-    from llmdiag.collect.prometheus import parse_exposition
+    from llmdiag.collect.exposition import parse_exposition
     from llmdiag.collect.signals import build_signal_set
     from llmdiag.schema.loader import load_probe
 

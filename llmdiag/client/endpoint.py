@@ -7,9 +7,7 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-from llmdiag.errors import (
-    UsageError,
-)
+from llmdiag.errors import UsageError
 
 API_KEY_ENV = "LLMDIAG_API_KEY"
 # a metrics page larger than this is not read whole (a misrouted URL serving a file, a runaway label)

@@ -26,8 +26,8 @@ from importlib import resources
 import requests
 
 from llmdiag.client.endpoint import Connection, redact_url
+from llmdiag.collect.exposition import Scrape, parse_exposition
 from llmdiag.collect.http import HttpMetricsSource
-from llmdiag.collect.prometheus import Scrape, parse_exposition
 from llmdiag.errors import ConnectError, HTTPStatusError, NotMetricsError, ProbeError, ProbeTimeout, UsageError
 from llmdiag.schema.loader import load_probe
 from llmdiag.schema.probes import ProbeSpec

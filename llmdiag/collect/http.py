@@ -7,7 +7,7 @@ import time
 import requests
 
 from llmdiag.client.endpoint import Connection, format_bytes, redact_url
-from llmdiag.collect.prometheus import Scrape, parse_exposition
+from llmdiag.collect.exposition import Scrape, parse_exposition
 from llmdiag.errors import (
     ConnectError,
     HTTPStatusError,

@@ -20,7 +20,7 @@ from llmdiag.client.openai import OpenAIClient
 from llmdiag.client.prompts import PromptFactory
 from llmdiag.client.result import RequestPlan, RequestResult
 from llmdiag.client.runners import check_target, closed_loop, open_loop
-from llmdiag.collect.metrics import TelemetryOptions, collect_live
+from llmdiag.collect.live import TelemetryOptions, collect_live
 from llmdiag.errors import LlmdiagError, UsageError
 from llmdiag.model import SignalSet
 

@@ -32,7 +32,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from llmdiag.collect.prometheus import Scrape
+from llmdiag.collect.exposition import Scrape
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.errors import InputFileError, RuleSpecError, UsageError
 from llmdiag.model import Signal, SignalSet

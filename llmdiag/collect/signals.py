@@ -5,14 +5,8 @@ from __future__ import annotations
 import math
 from itertools import pairwise
 
-from llmdiag.collect.prometheus import (
-    LabelKey,
-    Scrape,
-    counter_increase,
-    gauge_window,
-    histogram_window,
-    select,
-)
+from llmdiag.collect.exposition import LabelKey, Scrape, select
+from llmdiag.collect.window import counter_increase, gauge_window, histogram_window
 from llmdiag.model import Signal, SignalSet, SourceInfo, Window
 from llmdiag.schema.probes import ByDesignSpec, ProbeSpec, SignalSpec
 

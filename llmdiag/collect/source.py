@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llmdiag.collect.prometheus import Scrape
+from llmdiag.collect.exposition import Scrape
 from llmdiag.model import SourceInfo
 from llmdiag.schema.probes import ProbeSpec
 

@@ -87,7 +87,7 @@ def replica_numbers(verdict: Verdict) -> ReplicaNumbers:
 
 
 def target_from_verdict(name: str, url: str, verdict: Verdict, keep_verdict: bool = True) -> FleetTarget:
-    from llmdiag.check import state_of
+    from llmdiag.model.check import state_of
 
     classed = [f for f in verdict.findings if f.category.value == verdict.bottleneck.value and not f.advisory]
     worst = verdict.worst_severity()
@@ -364,15 +364,3 @@ def build_timeline(steps: Iterable[FleetStep], step_seconds: float | None = None
     if missing:
         timeline.notes.append(f"{len(missing)} step(s) with no replica's data (shown as gaps, not as healthy)")
     return timeline
-
-
-def timeline_from_verdicts(
-    per_step: Iterable[tuple[float, dict[str, Verdict]]], step_seconds: float | None = None
-) -> FleetTimeline:
-    return build_timeline(
-        [
-            FleetStep(at_unix=at, classes={name: v.bottleneck for name, v in verdicts.items()})
-            for at, verdicts in per_step
-        ],
-        step_seconds,
-    )

@@ -22,7 +22,7 @@ ERROR_EXAMPLES = 5
 
 
 class Result(Protocol):
-    """The fields of ``llmdiag.collect.requests.RequestResult`` this module reads."""
+    """The fields of ``llmdiag.client.result.RequestResult`` this module reads."""
 
     ok: bool
     error: str | None

@@ -8,8 +8,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from llmdiag.engine.capacity import CapacityReport, OperatingPoint, Resource
 from llmdiag.model import Bottleneck
+from llmdiag.model.capacity import CapacityReport, OperatingPoint, Resource
 from llmdiag.render.terminal import CLASS_STYLE
 
 LABEL: dict[str, str] = {

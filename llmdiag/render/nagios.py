@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 
-from llmdiag.check import CheckReport, State, TargetResult
 from llmdiag.config import Settings
 from llmdiag.model import Verdict
+from llmdiag.model.check import CheckReport, State, TargetResult
 from llmdiag.schema.loader import load_rules
 from llmdiag.schema.rules import RuleSpec
 

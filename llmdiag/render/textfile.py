@@ -21,8 +21,8 @@ from prometheus_client import CollectorRegistry, push_to_gateway, write_to_textf
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from llmdiag.check import CheckReport, TargetResult
 from llmdiag.model import Bottleneck
+from llmdiag.model.check import CheckReport, TargetResult
 
 TEXTFILE_NAME = "llmdiag.prom"
 PUSH_JOB = "llmdiag"

@@ -3,7 +3,7 @@
 A preset is a deployment (GPU, model, TP, link), the engine's flags, and a closed-loop load: ``users`` clients
 each sending one request of ``prompt_tokens`` prompt and ``output_tokens`` output tokens, the next as soon as the
 previous ends; output lengths spread ±50 % around the mean so that users do not move in lockstep. The numbers
-below are the physics' (``llmdiag.sim.physics``, efficiencies 1, 2 ms host overhead):
+below are the physics' (``llmdiag.physics.step``, efficiencies 1, 2 ms host overhead):
 
     healthy     Llama 3 8B on one H100, vLLM defaults; 32 users × (256 + 128). ~7 ms decode steps (HBM-bound),
                 KV ~2 % of 461k tokens, nobody waits.

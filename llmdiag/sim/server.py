@@ -46,7 +46,7 @@ before each content event is written) with ``event_tokens`` (tokens in each), an
 compared with them. The last
 ``max_timed_requests`` requests are kept; the cost is a float and an int appended per event.
 
-The load driver ``ClosedLoopLoad`` is ``llmdiag.collect.requests.BackgroundLoad`` with the preset's LoadSpec.
+The load driver ``ClosedLoopLoad`` is ``llmdiag.client.runners.BackgroundLoad`` with the preset's LoadSpec.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Bounded closed-loop load generator for a vLLM OpenAI server on loopback.
 
-``Load`` is ``llmdiag.collect.requests.BackgroundLoad`` (the project's one way to send requests) with what the
+``Load`` is ``llmdiag.client.runners.BackgroundLoad`` (the project's one way to send requests) with what the
 real-vLLM tests count: ``users`` concurrent "users", each sending one streaming ``/v1/completions`` request
 (``prompt_tokens`` random words calibrated with the server's /tokenize, ``output_tokens`` with ignore_eos) and the
 next one as soon as the previous ends. It stops after ``max_seconds`` or ``max_requests`` (started requests), or

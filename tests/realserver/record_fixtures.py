@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from llmdiag.collect.prometheus import bucket_quantile
+from llmdiag.collect.window import bucket_quantile
 
 from .loadgen import Load
 from .states import STATES, StateSpec

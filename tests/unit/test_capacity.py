@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from llmdiag.engine.capacity import CapacityReport, plan_capacity, roofline_decode_tokens_per_second, sustained_load
+from llmdiag.engine.capacity import plan_capacity, roofline_decode_tokens_per_second, sustained_load
 from llmdiag.errors import UsageError
+from llmdiag.model.capacity import CapacityReport
 from llmdiag.physics.hardware import GPUS, MODELS
 from llmdiag.physics.step import Deployment, StepLoad
 from llmdiag.render.capacity import render_capacity, render_capacity_json

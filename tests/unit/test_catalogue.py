@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from llmdiag.collect.canary import CANARY_SIGNALS
-from llmdiag.collect.trtllm import RECORD_SIGNALS as TRTLLM_RECORD_SIGNALS
+from llmdiag.collect.servers.trtllm import RECORD_SIGNALS as TRTLLM_RECORD_SIGNALS
+from llmdiag.collect.trace.signals import TRACE_SIGNALS
 from llmdiag.engine.baseline import HISTORY_SIGNALS
 from llmdiag.engine.derived import REGISTRY
 from llmdiag.engine.evaluate import PLACEHOLDER_RE
 from llmdiag.engine.fleet import FLEET_SIGNALS
-from llmdiag.engine.trace import TRACE_SIGNALS
 from llmdiag.errors import RuleSpecError
 from llmdiag.render.docs import DOC_SECTIONS, render_rule_index, render_rule_markdown
 from llmdiag.schema.loader import load_probe, load_rules, parse_rule
@@ -25,7 +25,7 @@ from tests.conftest import REPO_ROOT
 
 COLLECTOR_SIGNALS = {"counter_resets", "implausible_samples"}
 # probes/ also holds data tables that are not probe specs, each read by its own model and loader
-# links.toml: llmdiag/engine/links.py; collectives.toml: engine/trace.py; logs.toml: collect/logs.py
+# links.toml: llmdiag/schema/links.py; collectives.toml: collect/trace/; logs.toml: collect/logs.py
 NOT_PROBE_SPECS = {"links", "collectives", "logs"}
 PROBES = sorted(p.stem for p in (REPO_ROOT / "probes").glob("*.toml") if p.stem not in NOT_PROBE_SPECS)
 

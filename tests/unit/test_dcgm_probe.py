@@ -8,8 +8,8 @@ import time
 import pytest
 import requests
 
-from llmdiag.collect.metrics import merge_signal_sets
-from llmdiag.collect.prometheus import parse_exposition
+from llmdiag.collect.exposition import parse_exposition
+from llmdiag.collect.merge import merge_signal_sets
 from llmdiag.collect.signals import build_signal_set, drop_blanks, is_blank
 from llmdiag.config import Settings
 from llmdiag.engine.derived import add_derived
@@ -143,7 +143,7 @@ def test_network_says_not_evaluated_for_lack_of_telemetry_only_without_dcgm():
 
 def test_a_bare_dcgm_address_means_its_metrics_page_and_carries_no_credentials():
     from llmdiag.client.endpoint import Connection
-    from llmdiag.collect.metrics import dcgm_connection
+    from llmdiag.collect.telemetry.dcgm import dcgm_connection
 
     server = Connection(base_url="http://llm:8000", api_key="sk-secret", timeout_seconds=2.0)
     for given in ("gpu-node:9400", "http://gpu-node:9400/", "http://gpu-node:9400/metrics"):

@@ -1,4 +1,4 @@
-"""probes/links.toml and llmdiag/engine/links.py: link names → the bus bandwidth a healthy link reaches."""
+"""probes/links.toml and llmdiag/schema/links.py: link names → the bus bandwidth a healthy link reaches."""
 
 from __future__ import annotations
 

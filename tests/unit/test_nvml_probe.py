@@ -13,10 +13,10 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from llmdiag.collect.nvml import NO_GPU_NOTE, NvmlSampler, open_nvml_source
-from llmdiag.collect.nvml_record import RecordingNvml, ReplayNvml
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.collect.source import Source
+from llmdiag.collect.telemetry.nvml import NO_GPU_NOTE, NvmlSampler, open_nvml_source
+from llmdiag.collect.telemetry.nvml_record import RecordingNvml, ReplayNvml
 from llmdiag.errors import ProbeError
 from llmdiag.model import SignalSet, SourceInfo
 from llmdiag.schema.loader import load_probe

@@ -6,14 +6,8 @@ import math
 
 import pytest
 
-from llmdiag.collect.prometheus import (
-    Scrape,
-    bucket_quantile,
-    counter_increase,
-    gauge_window,
-    histogram_window,
-    parse_exposition,
-)
+from llmdiag.collect.exposition import Scrape, parse_exposition
+from llmdiag.collect.window import bucket_quantile, counter_increase, gauge_window, histogram_window
 from llmdiag.errors import ExpositionParseError, NotMetricsError
 
 

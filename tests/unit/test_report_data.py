@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from llmdiag.collect.prometheus import parse_exposition
+from llmdiag.collect.exposition import parse_exposition
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.model import Signal, Verdict
 from llmdiag.render.html import scan_charts

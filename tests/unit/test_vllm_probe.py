@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmdiag.collect.prometheus import Scrape, parse_exposition
+from llmdiag.collect.exposition import Scrape, parse_exposition
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.schema.loader import load_probe
 

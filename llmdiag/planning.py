@@ -12,7 +12,8 @@ import math
 import time
 from typing import Any
 
-from llmdiag.engine.capacity import CapacityReport, Resource, SimulatedCapacity, plan_capacity
+from llmdiag.engine.capacity import plan_capacity
+from llmdiag.model.capacity import CapacityReport, Resource, SimulatedCapacity
 from llmdiag.physics.hardware import GpuSpec, ModelSpec, interconnect_for
 from llmdiag.physics.step import Deployment
 

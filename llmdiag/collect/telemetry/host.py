@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from llmdiag.collect.prometheus import LabelKey, Scrape, label_key
+from llmdiag.collect.exposition import LabelKey, Scrape, label_key
 from llmdiag.collect.source import Source, unavailable_source
 from llmdiag.errors import ProbeError
 from llmdiag.model import SourceInfo

@@ -14,7 +14,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from llmdiag.errors import InputFileError
-from llmdiag.model import SCHEMA_VERSION, FleetReport, LoadReport, Verdict
+from llmdiag.model.fleet import FleetReport
+from llmdiag.model.load import LoadReport
+from llmdiag.model.report import SCHEMA_VERSION
+from llmdiag.model.verdict import Verdict
 
 RESULT_HINT = "give a file written by `llmdiag scan --json`, `llmdiag demo -o FILE` or `llmdiag load -o FILE`"
 MAX_RESULT_BYTES = 256 * 2**20

@@ -54,8 +54,8 @@ from datetime import datetime
 from typing import Any
 
 from llmdiag.client.endpoint import Connection
+from llmdiag.collect.exposition import Scrape, parse_exposition
 from llmdiag.collect.http import HttpMetricsSource
-from llmdiag.collect.prometheus import Scrape, parse_exposition
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.collect.source import Source
 from llmdiag.errors import NotMetricsError

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmdiag.collect.prometheus import Scrape, label_key
+from llmdiag.collect.exposition import Scrape, label_key
 from llmdiag.collect.source import Source, unavailable_source
 from llmdiag.errors import ProbeError
 from llmdiag.model import SourceInfo

@@ -1,26 +1,4 @@
-"""Communication analysis of PyTorch profiler traces: per rank, across ranks, and the signals the rules judge.
-
-Per rank, over GPU activity (kernels, memcpy, memset, all streams of the device):
-
-- busy = union of all activity; span = first start to last end; idle = span − busy
-- comm = union of communication kernels (probes/collectives.toml: NCCL, RCCL, and the all-reduce kernels that
-  are not NCCL: PyTorch symmetric memory, vLLM custom and quick all-reduce); compute = union of the other kernels;
-  memcpy/memset are neither (as HTA counts them)
-- comm share = comm / busy; exposed comm = comm − compute (communicating while no compute runs), as a share of the
-  span; overlap = (comm ∩ compute) / comm, HTA's comp_comm_overlap
-
-CPU-only runs (gloo, no GPU activity) are measured on the CPU instead (``RankStats.timeline == "cpu"``): comm = union
-of the ``gloo:*`` ranges (they run on the gloo worker threads and last for the real execution, waiting for peers
-included); compute = union of the ``cpu_op`` ranges on the other threads, less the ops that issue collectives;
-busy, span and the shares as above. Each ``gloo:*`` range is typed by the ``c10d::*`` op that issued it (gloo runs
-``reduce_scatter_tensor`` as an all-reduce, so the annotation alone would say all_reduce), and sized from its own
-``Input Dims`` × dtype (gloo events carry no collective args).
-
-Across ranks, the k-th collective of each (process group, type) is matched on every rank; the rank that starts
-them last is the straggler: its peers wait inside their kernels for it. HTA's way (``hta_compat``): timestamps
-rounded as HTA does (start up, end down, to whole µs), the last ProfilerStep dropped, and only ``nccl…Kernel``
-names counted as communication, so the numbers can be set beside HTA's.
-"""
+"""Per-rank shares and the straggler across ranks, from the reader's RankTraces (see llmdiag.collect.trace)."""
 
 from __future__ import annotations
 
@@ -31,86 +9,29 @@ import re
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from llmdiag._version import __version__
-from llmdiag.collect.torch_trace import CommArgs, CommOp, RankTrace, read_trace
-from llmdiag.config import Settings
-from llmdiag.engine.evaluate import build_verdict
+from llmdiag.collect.trace.intervals import Interval, intersection_total, merge, total
+from llmdiag.collect.trace.reader import CommArgs, CommOp, RankTrace, read_trace
 from llmdiag.errors import LlmdiagError, TraceFileError, UsageError
 from llmdiag.model import (
     CollectiveStats,
     RankStats,
-    Signal,
-    SignalSet,
-    SourceInfo,
     Straggler,
     TraceProblem,
     TraceReport,
-    Window,
 )
 from llmdiag.schema.collectives import CollectiveSpec
 from llmdiag.schema.loader import load_collectives
 
-Interval = tuple[float, float]
 # messages at least this large are bandwidth-bound; smaller ones measure latency, not the link
 LARGE_MESSAGE_BYTES = 1 << 20
 HTA_COMM_RE = re.compile(r"^nccl.*Kernel")
 # matched collectives whose ends spread more than this (blocking collectives end together) say the clocks differ
 CLOCK_DISAGREE_SECONDS = 0.05
-TRACE_SOURCE = "torch profiler trace"
-# the signals a trace gives the rules (the catalogue test knows them as TRACE_SIGNALS)
-TRACE_SIGNALS = {
-    "trace_gpu_busy_ratio": "derived",
-    "comm_share_of_gpu_time_ratio": "derived",
-    "exposed_comm_share_of_step_ratio": "derived",
-    "comm_compute_overlap_ratio": "derived",
-    "straggler_rank": "derived",
-    "straggler_skew_seconds": "derived",
-    "straggler_skew_share_of_step_ratio": "derived",
-    "collective_bus_bandwidth_bytes_per_second": "derived",
-    "collective_bus_bandwidth_vs_link_ratio": "derived",
-    "expected_link_bus_bandwidth_bytes_per_second": "derived",
-}
-
-
-# ---------------------------------------------------------------------------------------------
-# interval arithmetic on sorted, merged lists
-
-
-def merge(intervals: Iterable[Interval]) -> list[Interval]:
-    """The union as sorted, disjoint intervals. Empty and negative ones are dropped."""
-    out: list[list[float]] = []
-    for start, end in sorted(i for i in intervals if i[1] > i[0]):
-        if out and start <= out[-1][1]:
-            if end > out[-1][1]:
-                out[-1][1] = end
-        else:
-            out.append([start, end])
-    return [(s, e) for s, e in out]
-
-
-def total(merged: list[Interval]) -> float:
-    return sum(e - s for s, e in merged)
-
-
-def intersection_total(a: list[Interval], b: list[Interval]) -> float:
-    """Length of the overlap of two merged lists, in one pass."""
-    i = j = 0
-    covered = 0.0
-    while i < len(a) and j < len(b):
-        start = max(a[i][0], b[j][0])
-        end = min(a[i][1], b[j][1])
-        if end > start:
-            covered += end - start
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return covered
 
 
 # ---------------------------------------------------------------------------------------------
@@ -757,98 +678,6 @@ def analyze(paths: list[Path], link: str | None = None, hta_compat: bool = False
         if report.expected_busbw_bytes_per_second is None and report.link_source == "--link":
             raise UsageError(f"--link {link}: not a link class llmdiag knows", "see probes/links.toml for the names")
     return report
-
-
-# ---------------------------------------------------------------------------------------------
-# signals for the rules
-
-
-def _derived(name: str, unit: str, value: float | None, reason: str, by_series: dict[str, float] | None = None):
-    if value is None:
-        return Signal.missing(name, "derived", unit, reason, source=TRACE_SOURCE)
-    return Signal(
-        name=name,
-        kind="derived",
-        unit=unit,
-        stats={"value": value},
-        source=TRACE_SOURCE,
-        verify="llmdiag trace PATH…  # per-rank table; open the files in https://ui.perfetto.dev to see the streams",
-        by_series=by_series or {},
-    )
-
-
-def trace_signals(report: TraceReport) -> SignalSet:
-    """The report as signals: worst rank for shares and bandwidth, per-rank values in by_series."""
-    signals = SignalSet(window=Window(kind="window", note="profiler trace capture"))
-    # the GPU shares come from GPU timelines only; a CPU-only (gloo) rank's CPU shares are in the report, not here
-    ranks = [r for r in report.ranks if r.busy_seconds and r.timeline == "gpu"]
-    label = {id(r): f"rank {r.rank}" if r.rank is not None else r.path for r in ranks}
-
-    def worst(attr: str, pick=max) -> tuple[float | None, dict[str, float]]:
-        values = {label[id(r)]: getattr(r, attr) for r in ranks if getattr(r, attr) is not None}
-        return (pick(values.values()) if values else None), values
-
-    no_gpu = "the trace has no GPU activity"
-    if any(r.timeline == "cpu" for r in report.ranks) and not ranks:
-        no_gpu = "a CPU-only trace (gloo): no GPU time; its CPU shares are in `llmdiag trace`'s per-rank table"
-    value, series = worst("busy_ratio", min)
-    signals.add(_derived("trace_gpu_busy_ratio", "ratio", value, no_gpu, series))
-    value, series = worst("comm_share_ratio")
-    signals.add(_derived("comm_share_of_gpu_time_ratio", "ratio", value, no_gpu, series))
-    value, series = worst("exposed_comm_share_ratio")
-    signals.add(_derived("exposed_comm_share_of_step_ratio", "ratio", value, no_gpu, series))
-    value, series = worst("overlap_ratio", min)
-    no_comm = no_gpu if not ranks else "no communication kernels"
-    signals.add(_derived("comm_compute_overlap_ratio", "ratio", value, no_comm, series))
-    s = report.straggler
-    why = report.cross_rank or "one rank"
-    signals.add(_derived("straggler_rank", "rank", float(s.rank) if s else None, why))
-    signals.add(_derived("straggler_skew_seconds", "seconds", s.skew_seconds if s else None, why))
-    spans = [r.span_seconds for r in report.ranks if r.span_seconds]
-    share = s.skew_seconds / statistics.median(spans) if s and spans else None
-    signals.add(_derived("straggler_skew_share_of_step_ratio", "ratio", share, why))
-    value, series = worst("large_message_busbw_bytes_per_second", min)
-    no_large = f"no collective of {LARGE_MESSAGE_BYTES >> 20} MiB or more with a known size"
-    signals.add(_derived("collective_bus_bandwidth_bytes_per_second", "bytes_per_second", value, no_large, series))
-    expected = report.expected_busbw_bytes_per_second
-    no_link = "the link is unknown: pass --link (nvlink4, pcie4x16, ib-ndr …)"
-    signals.add(_derived("expected_link_bus_bandwidth_bytes_per_second", "bytes_per_second", expected, no_link))
-    ratio = value / expected if value is not None and expected else None
-    signals.add(_derived("collective_bus_bandwidth_vs_link_ratio", "ratio", ratio, no_large if expected else no_link))
-    signals.sources.append(
-        SourceInfo(probe="torch_trace", url=", ".join(report.paths), note=f"{len(report.ranks)} rank trace(s)")
-    )
-    return signals
-
-
-def analyze_traces(
-    paths: list[Path], link: str | None = None, hta_compat: bool = False, settings: Settings | None = None
-) -> TraceReport:
-    """Read PyTorch profiler (Kineto) traces, one file per rank (files, or folders of *.json / *.json.gz), and judge
-    their communication: per-rank shares, collectives, the straggler, and the network rules on those signals.
-
-    Files that cannot be read are listed in ``report.problems`` (kind "error") and the other ranks are still analysed.
-    """
-    report = analyze(paths, link=link, hta_compat=hta_compat)
-    report.tool_version = __version__
-    if report.ranks:
-        verdict = build_verdict(trace_signals(report), settings, target=", ".join(report.paths))
-        verdict.tool_version = __version__
-        if not verdict.findings:
-            verdict.summary = (
-                "No communication finding in the trace. A trace shows GPU time and collectives only; memory, "
-                "scheduling and what users see need a scan of the server."
-            )
-        report.verdict = verdict
-    return report
-
-
-def merge_trace_signals(signals: SignalSet, report: TraceReport) -> None:
-    """`llmdiag scan --trace DIR`: the trace's signals join the scan's before it is judged (the scan's own win)."""
-    extra = trace_signals(report)
-    for name, signal in extra.signals.items():
-        signals.signals.setdefault(name, signal)
-    signals.sources += extra.sources
 
 
 def problems_as_error(report: TraceReport) -> LlmdiagError | None:

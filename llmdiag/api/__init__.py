@@ -1,0 +1,68 @@
+"""The library's entry points: every job the CLI does, as a function that returns a model.
+
+    from llmdiag.api import diagnose            # or: from llmdiag import diagnose
+
+Each entry point lives in the module of its job (scan, fleet, check, load, trace, capacity, nccl) and is loaded on
+first use, so a caller that needs one job (``llmdiag trace``) does not load the HTTP and load stacks of the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# entry point -> the module of llmdiag.api that defines it
+ENTRY_POINTS = {
+    "diagnose": "scan",
+    "diagnose_files": "scan",
+    "diagnose_logs": "scan",
+    "run_demo": "scan",
+    "diagnose_fleet": "fleet",
+    "fleet_from_signal_sets": "fleet",
+    "diagnose_prometheus": "fleet",
+    "fleet_from_prometheus": "fleet",
+    "diagnose_prometheus_fleet": "fleet",
+    "diagnose_prometheus_fleet_timeline": "fleet",
+    "run_check": "check",
+    "run_prometheus_check": "check",
+    "run_load": "load",
+    "analyze_traces": "trace",
+}
+
+__all__ = [
+    "analyze_traces",
+    "diagnose",
+    "diagnose_files",
+    "diagnose_fleet",
+    "diagnose_logs",
+    "diagnose_prometheus",
+    "diagnose_prometheus_fleet",
+    "diagnose_prometheus_fleet_timeline",
+    "fleet_from_prometheus",
+    "fleet_from_signal_sets",
+    "run_check",
+    "run_demo",
+    "run_load",
+    "run_prometheus_check",
+]
+
+if TYPE_CHECKING:
+    from llmdiag.api.check import run_check, run_prometheus_check
+    from llmdiag.api.fleet import (
+        diagnose_fleet,
+        diagnose_prometheus,
+        diagnose_prometheus_fleet,
+        diagnose_prometheus_fleet_timeline,
+        fleet_from_prometheus,
+        fleet_from_signal_sets,
+    )
+    from llmdiag.api.load import run_load
+    from llmdiag.api.scan import diagnose, diagnose_files, diagnose_logs, run_demo
+    from llmdiag.api.trace import analyze_traces
+
+
+def __getattr__(name: str) -> Any:
+    module = ENTRY_POINTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'llmdiag.api' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"llmdiag.api.{module}"), name)

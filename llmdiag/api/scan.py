@@ -1,0 +1,145 @@
+"""One server: a live scan, the built-in demo, saved dumps and logs -> a Verdict."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from llmdiag._version import __version__
+from llmdiag.api.trace import analyze_traces as analyze_traces
+from llmdiag.client.endpoint import Connection, redact_url
+from llmdiag.collect import DEFAULT_DURATION_SECONDS
+from llmdiag.collect.canary import LABEL as CANARY_LABEL
+from llmdiag.collect.files import collect_files
+from llmdiag.collect.live import ProgressCallback, TelemetryOptions, collect_live
+from llmdiag.collect.source import unavailable_source
+from llmdiag.collect.trace.signals import merge_trace_signals
+from llmdiag.config import Settings
+from llmdiag.engine.baseline import Baseline, add_baseline_signals
+from llmdiag.engine.capacity import roofline_for_window, roofline_signal
+from llmdiag.engine.derived import add_derived
+from llmdiag.engine.evaluate import build_verdict
+from llmdiag.model import TraceReport, Verdict
+from llmdiag.physics.step import Deployment
+
+
+def diagnose(
+    connection: Connection,
+    duration_seconds: float = DEFAULT_DURATION_SECONDS,
+    settings: Settings | None = None,
+    on_progress: ProgressCallback | None = None,
+    telemetry: TelemetryOptions | None = None,
+    deployment: Deployment | None = None,
+    canary: bool = False,
+    canary_off_reason: str = "",
+    baseline: Baseline | None = None,
+    trace: TraceReport | None = None,
+    server: str | None = None,
+) -> Verdict:
+    """Scan a live server and its telemetry (NVML, a DCGM exporter page, the host) over a window and judge it.
+
+    ``server`` names the server's probe (vllm, sglang, tgi, llamacpp …); None works it out from what the server
+    answers (``llmdiag.collect.detect``), and the coverage says which was picked and why.
+
+    With the ``deployment`` (GPU, model, TP) known, the verdict also places the measured decode rate under the
+    physics ceiling, which tells a compute verdict whether math or HBM bandwidth is the wall. With a ``baseline``
+    (medians of the target's past checks, from `llmdiag check`'s history), the regression rules compare against it.
+    """
+    from llmdiag.collect.detect import check_server_name, note_server_choice
+
+    probe = check_server_name(server) if server is not None else None  # None: detected by collect_live
+    signals = collect_live(
+        connection, duration_seconds, probe=probe, on_progress=on_progress, telemetry=telemetry, canary=canary
+    )
+    if probe is not None:
+        note_server_choice(signals, probe, f"--server {probe} given")
+    if not canary and canary_off_reason:
+        note = f"{CANARY_LABEL}: not sent ({canary_off_reason})"
+        signals.sources.append(unavailable_source("canary", CANARY_LABEL, note))
+    if baseline is not None:
+        add_baseline_signals(signals, baseline)
+    if trace is not None:
+        merge_trace_signals(signals, trace)
+    roofline = None
+    if deployment is not None:
+        add_derived(signals)  # the roofline reads the window's batch; the rules may then cite the roofline
+        roofline = roofline_for_window(deployment, signals)
+        if roofline is not None:
+            signals.add(roofline_signal(roofline))
+    verdict = build_verdict(signals, settings, target=redact_url(connection.base_url))
+    verdict.tool_version = __version__
+    verdict.roofline = roofline
+    return verdict
+
+
+DEMO_WARMUP_SECONDS = 3.0
+
+
+def run_demo(
+    preset_name: str,
+    duration_seconds: float = DEFAULT_DURATION_SECONDS,
+    settings: Settings | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_phase: Callable[[str], None] | None = None,
+) -> Verdict:
+    """Start the simulator in a preset state, drive its bounded load, and scan it like any server.
+
+    The scan is the same code path as ``diagnose``: the simulator speaks vLLM on the wire, and its DCGM page is
+    read as a dcgm-exporter's would be with ``--dcgm-url``.
+    """
+    from llmdiag.sim.presets import get_preset
+    from llmdiag.sim.server import ClosedLoopLoad, SimServer
+
+    preset = get_preset(preset_name)
+    say = on_phase or (lambda _: None)
+    with SimServer(preset) as server:
+        say(f"simulated vLLM at {server.url}: {preset.summary}")
+        max_seconds = DEMO_WARMUP_SECONDS + duration_seconds + 30
+        with ClosedLoopLoad(server.url, server.model, preset.load, max_seconds=max_seconds):
+            say(f"driving {preset.load.users} users for {DEMO_WARMUP_SECONDS:.0f} s before the scan")
+            time.sleep(DEMO_WARMUP_SECONDS)
+            verdict = diagnose(
+                Connection(base_url=server.url),
+                duration_seconds,
+                settings,
+                on_progress,
+                # the simulator's GPUs are on its DCGM page; this machine's GPUs and CPU are not the server's
+                telemetry=TelemetryOptions(dcgm_url=server.dcgm_url, nvml="off", host=False),
+                canary=True,
+                deployment=preset.deployment,
+            )
+    verdict.target = f"llmdiag demo --preset {preset.name} ({verdict.target})"
+    return verdict
+
+
+def diagnose_files(
+    paths: list[Path], settings: Settings | None = None, max_bytes: int | None = None, server: str | None = None
+) -> Verdict:
+    """Judge saved /metrics dumps: one gives lifetime averages, two or more a window between them. ``server``
+    names the server's probe; None works it out from the dumps' metric prefixes."""
+    kwargs = {"max_bytes": max_bytes} if max_bytes else {}
+    signals = collect_files(paths, probe=server, **kwargs)
+    target = str(paths[0]) if len(paths) == 1 else f"{len(paths)} dumps: {paths[0]} … {paths[-1]}"
+    verdict = build_verdict(signals, settings, target=target)
+    verdict.tool_version = __version__
+    return verdict
+
+
+def diagnose_logs(
+    paths: list[Path],
+    settings: Settings | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    max_bytes: int | None = None,
+) -> Verdict:
+    """Judge server logs (vLLM stat-logger lines, SGLang batch lines, TensorRT-LLM iteration JSON) over the time they
+    cover, or the part of it between ``since`` and ``until`` (ISO times, or spans like ``30m`` before the last line)."""
+    from llmdiag.collect.logs import collect_logs
+
+    kwargs = {"max_bytes": max_bytes} if max_bytes else {}
+    signals = collect_logs(paths, since=since, until=until, **kwargs)
+    target = str(paths[0]) if len(paths) == 1 else f"{len(paths)} logs: {paths[0]} … {paths[-1]}"
+    verdict = build_verdict(signals, settings, target=target)
+    verdict.tool_version = __version__
+    return verdict

@@ -1,0 +1,248 @@
+"""The HTTP side: a Prometheus-compatible query API (Prometheus, Mimir, Thanos), its auth, TLS and errors."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from llmdiag.client.endpoint import normalise_base_url, parse_header, redact_url
+from llmdiag.errors import ConnectError, ProbeTimeout, PrometheusQueryError, UsageError
+
+# --------------------------------------------------------------------------------------------------------------------
+# the HTTP side
+
+
+@dataclass
+class PrometheusSource:
+    """Where and how to reach a Prometheus-compatible query API. Secrets live here and are never printed.
+
+    ``token_from`` / ``password_from`` say where the secret came from ("env NAME", "file PATH"), for the curl lines.
+    """
+
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    token: str | None = None
+    token_from: str = ""
+    username: str | None = None
+    password: str | None = None
+    password_from: str = ""
+    ca_file: str | None = None
+    insecure: bool = False
+    timeout_seconds: float = 30.0
+    queries: int = 0  # HTTP requests to the API so far
+    warnings: list[str] = field(default_factory=list)  # what Prometheus warned about (partial data …)
+
+    def __post_init__(self) -> None:
+        self.url = normalise_base_url(self.url)
+        self.display_url = redact_url(self.url)
+        self._session: requests.Session | None = None
+
+    # -- building one from CLI-style options --------------------------------------------------------------------
+    @classmethod
+    def from_options(
+        cls,
+        url: str,
+        headers: list[str] | None = None,
+        token_env: str | None = None,
+        token_file: Path | None = None,
+        user: str | None = None,
+        password_env: str | None = None,
+        ca_file: Path | None = None,
+        insecure: bool = False,
+        timeout_seconds: float = 30.0,
+    ) -> PrometheusSource:
+        token, token_from = None, ""
+        if token_env and token_file:
+            raise UsageError("give the Prometheus token once: --prometheus-token-env or --prometheus-token-file")
+        if token_env:
+            token = os.environ.get(token_env)
+            if not token:
+                raise UsageError(
+                    f"--prometheus-token-env {token_env}: that variable is not set or empty",
+                    f"export {token_env}=... before running llmdiag",
+                )
+            token_from = f"env {token_env}"
+        elif token_file:
+            try:
+                token = token_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise UsageError(f"--prometheus-token-file {token_file}: {exc.strerror or exc}") from None
+            if not token:
+                raise UsageError(f"--prometheus-token-file {token_file} is empty")
+            token_from = f"file {token_file}"
+        password, password_from = None, ""
+        if password_env and not user:
+            raise UsageError("--prometheus-password-env needs --prometheus-user")
+        if user:
+            if not password_env:
+                raise UsageError("--prometheus-user needs --prometheus-password-env NAME (the password's variable)")
+            password = os.environ.get(password_env)
+            if password is None:
+                raise UsageError(f"--prometheus-password-env {password_env}: that variable is not set")
+            password_from = f"env {password_env}"
+        if token and user:
+            raise UsageError("give either a bearer token or basic auth for Prometheus, not both")
+        if ca_file is not None and not ca_file.is_file():
+            raise UsageError(f"--prometheus-ca {ca_file}: no such file", "give the CA bundle as a PEM file")
+        parsed = dict(parse_header(h) for h in headers or [])
+        return cls(
+            url=url,
+            headers=parsed,
+            token=token,
+            token_from=token_from,
+            username=user,
+            password=password,
+            password_from=password_from,
+            ca_file=str(ca_file) if ca_file else None,
+            insecure=insecure,
+            timeout_seconds=timeout_seconds,
+        )
+
+    # -- requests ---------------------------------------------------------------------------------------------
+    def _client(self) -> requests.Session:
+        if self._session is None:
+            session = requests.Session()
+            session.headers.update({"User-Agent": "llmdiag", "Accept": "application/json"})
+            session.headers.update(self.headers)
+            if self.token:
+                session.headers["Authorization"] = f"Bearer {self.token}"
+            if self.username:
+                session.auth = (self.username, self.password or "")
+            session.verify = False if self.insecure else (self.ca_file or True)
+            self._session = session
+        return self._session
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def _secret_texts(self) -> list[str]:
+        return [s for s in (self.token, self.password) if s]
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secret_texts():
+            text = text.replace(secret, "***")
+        return text
+
+    def api(self, path: str, params: dict[str, str], what: str) -> Any:
+        """POST (form) to ``/api/v1/<path>``; the ``data`` of a success, or a PrometheusQueryError in plain words."""
+        url = f"{self.url}/api/v1/{path}"
+        self.queries += 1
+        try:
+            resp = self._client().post(url, data=params, timeout=self.timeout_seconds)
+        except requests.exceptions.SSLError:
+            raise ConnectError(
+                f"TLS handshake with {self.display_url} failed",
+                "give the CA with --prometheus-ca FILE, or pass --insecure",
+            ) from None
+        except requests.exceptions.Timeout:
+            raise ProbeTimeout(
+                f"{self.display_url} did not answer {what} within {self.timeout_seconds:g} s",
+                "narrow --selector or the time range",
+            ) from None
+        except requests.exceptions.ConnectionError:
+            raise ConnectError(
+                f"cannot connect to Prometheus at {self.display_url}",
+                "is the URL right? e.g. --prometheus http://prometheus:9090",
+            ) from None
+        except requests.exceptions.RequestException as exc:
+            raise ConnectError(f"request to {self.display_url} failed: {type(exc).__name__}") from None
+        with resp:
+            try:
+                body = resp.json()
+            except ValueError:
+                body = None
+        if isinstance(body, dict) and body.get("status") == "success":
+            for warning in body.get("warnings") or []:
+                self.warnings.append(f"{what}: Prometheus warned: {self._scrub(str(warning))}")
+            return body.get("data")
+        reason = ""
+        if isinstance(body, dict):
+            reason = f"{body.get('errorType', 'error')}: {body.get('error', '')}".strip(": ")
+        if resp.status_code in (401, 403):
+            raise PrometheusQueryError(
+                f"{self.display_url} answered HTTP {resp.status_code} to {what}" + (f" ({reason})" if reason else ""),
+                "give credentials: --prometheus-token-env/--prometheus-token-file, --prometheus-user with "
+                "--prometheus-password-env, or --header (e.g. 'X-Scope-OrgID: tenant' for Mimir)",
+            )
+        if resp.status_code == 404:
+            raise PrometheusQueryError(
+                f"{self.display_url} has no /api/v1/{path} (HTTP 404)",
+                "give the Prometheus base URL (for Mimir, its /prometheus prefix)",
+            )
+        status = f"HTTP {resp.status_code}" if resp.status_code != 200 else "an error"
+        raise PrometheusQueryError(
+            f"Prometheus answered {status} to {what}: {self._scrub(reason) or (resp.reason or 'no error text')}"
+        )
+
+    def query(self, expr: str, at_unix: float) -> list[dict]:
+        data = self.api("query", {"query": expr, "time": f"{at_unix:.3f}"}, f"the query {_short(expr)}")
+        return _result(data, expr)
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
+        params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        return _result(self.api("query_range", params, f"the range query {_short(expr)}"), expr)
+
+    def series(self, match: str, start: float, end: float) -> list[dict[str, str]]:
+        data = self.api("series", {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}, "the series lookup")
+        return data if isinstance(data, list) else []
+
+    def targets(self) -> list[dict] | None:
+        """Active targets (Prometheus only; Mimir and Thanos have none): None when the API is not there."""
+        self.queries += 1
+        try:
+            resp = self._client().get(
+                f"{self.url}/api/v1/targets", params={"state": "active"}, timeout=self.timeout_seconds
+            )
+            body = resp.json() if resp.status_code == 200 else None
+        except (requests.exceptions.RequestException, ValueError):
+            return None
+        if not isinstance(body, dict) or body.get("status") != "success":
+            return None
+        return body.get("data", {}).get("activeTargets") or []
+
+    def curl(self, expr: str, at_unix: float | None = None, range_: tuple[float, float, float] | None = None) -> str:
+        """The query as a curl line a person can run: credentials as shell variables, never their values."""
+        parts = ["curl", "-s"]
+        if self.token:
+            var = self.token_from.split(" ", 1)[1] if self.token_from.startswith("env ") else "PROM_TOKEN"
+            if self.token_from.startswith("file "):
+                parts += ["-H", f'"Authorization: Bearer $(cat {shlex.quote(self.token_from[5:])})"']
+            else:
+                parts += ["-H", f'"Authorization: Bearer ${var}"']
+        if self.username:
+            var = self.password_from.split(" ", 1)[1] if self.password_from else "PROM_PASSWORD"
+            parts += ["-u", f'"{self.username}:${var}"']
+        for name in self.headers:
+            value = "***" if name.lower() in ("authorization", "cookie", "x-api-key") else self.headers[name]
+            parts += ["-H", shlex.quote(f"{name}: {value}")]
+        if self.ca_file:
+            parts += ["--cacert", shlex.quote(self.ca_file)]
+        elif self.insecure:
+            parts.append("-k")
+        if range_ is None:
+            endpoint = "query"
+            params = [f"query={expr}"] + ([f"time={at_unix:.0f}"] if at_unix is not None else [])
+        else:
+            endpoint = "query_range"
+            params = [f"query={expr}", f"start={range_[0]:.0f}", f"end={range_[1]:.0f}", f"step={range_[2]:g}"]
+        parts.append(shlex.quote(f"{self.display_url}/api/v1/{endpoint}"))
+        for param in params:
+            parts += ["--data-urlencode", shlex.quote(param)]
+        return " ".join(parts)
+
+
+def _short(expr: str, limit: int = 90) -> str:
+    return expr if len(expr) <= limit else expr[: limit - 1] + "…"
+
+
+def _result(data: Any, expr: str) -> list[dict]:
+    if not isinstance(data, dict) or data.get("resultType") not in ("vector", "matrix"):
+        raise PrometheusQueryError(f"Prometheus answered {_short(expr)} with no vector or matrix")
+    return data.get("result") or []
