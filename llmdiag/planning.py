@@ -8,12 +8,12 @@ taken after a warm-up (the arrival burst), the TTFTs are what the clients saw on
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 from llmdiag.engine.capacity import plan_capacity
 from llmdiag.model.capacity import CapacityReport, Resource, SimulatedCapacity
+from llmdiag.model.load import quantile
 from llmdiag.physics.hardware import GpuSpec, ModelSpec, interconnect_for
 from llmdiag.physics.step import Deployment
 
@@ -22,13 +22,6 @@ OUTPUT_SPREAD = 0.25  # vary output lengths a little so a closed loop's users do
 WARMUP_SHARE = 0.4  # the share of the run left out of the rates: the arrival burst and its first wave
 SAMPLE_SECONDS = 0.1
 MIN_SECONDS = 2.0
-
-
-def _quantile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def simulate_capacity(
@@ -140,8 +133,8 @@ def simulate_capacity(
         per_user_tokens_per_second=total / mean_batch if mean_batch else 0.0,
         mean_per_user_tokens_per_second=total / users,
         gpu_busy_tokens_per_second=generated / busy if busy > 0 else 0.0,
-        ttft_p50_seconds=_quantile(ttfts, 0.5),
-        ttft_p90_seconds=_quantile(ttfts, 0.9),
+        ttft_p50_seconds=quantile(sorted(ttfts), 0.5),
+        ttft_p90_seconds=quantile(sorted(ttfts), 0.9),
         ttft_samples=len(ttfts),
         kv_usage_mean=kv_mean,
         kv_usage_max=kv_max,

@@ -17,9 +17,9 @@ from llmdiag.client.prompts import PromptFactory
 from llmdiag.client.result import RequestPlan, RequestResult
 from llmdiag.client.runners import BackgroundLoad
 from llmdiag.collect.source import unavailable_source
-from llmdiag.engine.load import percentiles
 from llmdiag.errors import LlmdiagError
 from llmdiag.model import Percentiles, Signal, SignalSet, SourceInfo
+from llmdiag.model.load import percentiles
 
 CANARY_PROMPT_TOKENS = 64
 CANARY_OUTPUT_TOKENS = 32

@@ -7,12 +7,12 @@ errors. Failures are counted by kind and never dropped.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from llmdiag.model import Knee, LoadPoint, Percentiles
+from llmdiag.model import Knee, LoadPoint
+from llmdiag.model.load import percentiles
 
 # the knee: per-user streaming speed below this share of the lightest load's, or goodput below this ratio
 KNEE_SPEED_RATIO = 0.5
@@ -39,31 +39,6 @@ class Result(Protocol):
     def tpot_seconds(self) -> float | None: ...
     @property
     def itl_seconds(self) -> list[float]: ...
-
-
-def quantile(sorted_values: Sequence[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (numpy's default), on values sorted ascending."""
-    if not sorted_values:
-        return None
-    position = q * (len(sorted_values) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(sorted_values) - 1)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
-
-
-def percentiles(values: Iterable[float]) -> Percentiles:
-    ordered = sorted(v for v in values if v is not None and math.isfinite(v))
-    if not ordered:
-        return Percentiles()
-    return Percentiles(
-        count=len(ordered),
-        mean=sum(ordered) / len(ordered),
-        p5=quantile(ordered, 0.05),
-        p50=quantile(ordered, 0.5),
-        p90=quantile(ordered, 0.9),
-        p95=quantile(ordered, 0.95),
-        p99=quantile(ordered, 0.99),
-    )
 
 
 def error_kind(result: Result) -> str:

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from llmdiag.physics.step import (
-    StepBound,
-    StepTime,
-)
+StepBound = Literal["compute", "hbm_bandwidth", "interconnect", "scheduler"]  # what sets a step's time
+
+
+@dataclass(frozen=True)
+class StepTime:
+    flops: float
+    compute_seconds: float
+    hbm_bytes_per_gpu: float
+    memory_seconds: float
+    allreduce_seconds: float
+    scheduler_seconds: float
+    step_seconds: float
+    bound_by: StepBound  # the largest of the four terms
+
 
 CAPACITY_SCHEMA_VERSION = "1"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -23,6 +25,31 @@ class Percentiles(BaseModel):
     p90: float | None = None
     p95: float | None = None
     p99: float | None = None
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default), on values sorted ascending."""
+    if not sorted_values:
+        return None
+    position = q * (len(sorted_values) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+def percentiles(values: Iterable[float]) -> Percentiles:
+    ordered = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not ordered:
+        return Percentiles()
+    return Percentiles(
+        count=len(ordered),
+        mean=sum(ordered) / len(ordered),
+        p5=quantile(ordered, 0.05),
+        p50=quantile(ordered, 0.5),
+        p90=quantile(ordered, 0.9),
+        p95=quantile(ordered, 0.95),
+        p99=quantile(ordered, 0.99),
+    )
 
 
 class LoadPoint(BaseModel):

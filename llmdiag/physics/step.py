@@ -50,9 +50,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 from llmdiag.errors import UsageError
+from llmdiag.model.capacity import StepBound, StepTime
 from llmdiag.physics.hardware import GIB, GpuSpec, InterconnectSpec, ModelSpec, interconnect_for
 
 # vLLM 0.32 defaults (vllm/config/cache.py: gpu_memory_utilization 0.92, DEFAULT_BLOCK_SIZE 16)
@@ -60,8 +60,6 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 DEFAULT_BLOCK_SIZE_TOKENS = 16
 DEFAULT_ACTIVATION_RESERVE_BYTES = 2 * GIB
 DEFAULT_SCHEDULER_OVERHEAD_SECONDS = 0.002
-
-StepBound = Literal["compute", "hbm_bandwidth", "interconnect", "scheduler"]
 
 
 @dataclass(frozen=True)
@@ -234,18 +232,6 @@ def allreduce_seconds(dep: Deployment, tokens: float) -> float:
     ring_bytes = 2 * (dep.tp - 1) / dep.tp * message_bytes
     per_allreduce = link.allreduce_latency_seconds + ring_bytes / link.bandwidth_bytes_per_second
     return 2 * model.layers * per_allreduce
-
-
-@dataclass(frozen=True)
-class StepTime:
-    flops: float
-    compute_seconds: float
-    hbm_bytes_per_gpu: float
-    memory_seconds: float
-    allreduce_seconds: float
-    scheduler_seconds: float
-    step_seconds: float
-    bound_by: StepBound  # the largest of the four terms
 
 
 def step_time(dep: Deployment, load: StepLoad) -> StepTime:

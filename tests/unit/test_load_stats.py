@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from llmdiag.client.result import RequestResult
-from llmdiag.engine.load import find_knee, percentiles, quantile, summarise
+from llmdiag.engine.load import find_knee, summarise
 from llmdiag.model import Bottleneck, Verdict
+from llmdiag.model.load import percentiles, quantile
 
 
 def request(
