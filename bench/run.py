@@ -20,7 +20,7 @@ from llmdiag.collect.exposition import parse_exposition  # noqa: E402
 from llmdiag.collect.signals import build_signal_set  # noqa: E402
 from llmdiag.engine.evaluate import build_verdict  # noqa: E402
 from llmdiag.schema.loader import load_probe  # noqa: E402
-from tests.httpserver import ReplayResponder, Reply, ScriptedServer, strip_scraped_at  # noqa: E402
+from tests.support.httpserver import ReplayResponder, Reply, ScriptedServer, strip_scraped_at  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures" / "vllm-0.32.0"
 

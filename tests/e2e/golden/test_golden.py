@@ -10,7 +10,7 @@ import pytest
 
 from tests.e2e.golden.cases import FIXTURES, SHARED_TRACES, all_cases, golden_path, pinned_fixtures, run_in_process
 from tests.e2e.golden.static import EXAMPLES, RULE_DOCS, RULES_LIST, example_report, rule_docs, rules_list
-from tests.required import require_tool
+from tests.support.required import require_tool
 
 REGENERATE = "an intended change regenerates the set: python -m tests.e2e.golden.record"
 

@@ -1,6 +1,7 @@
 """A real Prometheus for the fleet tests: Debian's ``prometheus`` package, started on a free loopback port.
 
-    python -m tests.prometheus_server install     # idempotent: apt-get install prometheus (~7 s), skipped when on PATH
+    python -m tests.support.prometheus_server install
+        # idempotent: apt-get install prometheus (~7 s), skipped when on PATH
 
 ``make test`` runs the install and sets LLMDIAG_PROMETHEUS_TESTS=1, which turns a missing Prometheus into a failure
 instead of a skip.
@@ -28,7 +29,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from tests.required import require_tool
+from tests.support.required import require_tool
 
 REQUIRED_ENV = "LLMDIAG_PROMETHEUS_TESTS"
 BINARY = os.environ.get("LLMDIAG_PROMETHEUS", "prometheus")
@@ -37,7 +38,7 @@ BINARY = os.environ.get("LLMDIAG_PROMETHEUS", "prometheus")
 def missing() -> str | None:
     """Why the Prometheus tests cannot run here, or None when they can."""
     if shutil.which(BINARY) is None:
-        return f"{BINARY} not on PATH (python -m tests.prometheus_server install)"
+        return f"{BINARY} not on PATH (python -m tests.support.prometheus_server install)"
     return None
 
 
@@ -183,6 +184,6 @@ class PrometheusServer:
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["install"]:
-        print("usage: python -m tests.prometheus_server install", file=sys.stderr)
+        print("usage: python -m tests.support.prometheus_server install", file=sys.stderr)
         sys.exit(2)
     sys.exit(install())

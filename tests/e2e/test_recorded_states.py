@@ -9,7 +9,7 @@ import pytest
 
 from llmdiag.api import diagnose_files
 from tests.conftest import FIXTURES, run_cli
-from tests.httpserver import ReplayResponder, ScriptedServer
+from tests.support.httpserver import ReplayResponder, ScriptedServer
 
 STATES = FIXTURES / "vllm-0.32.0"
 

@@ -140,8 +140,8 @@ def test_no_probe_and_metrics_url_leave_the_api_alone_and_say_so():
 
 
 def test_a_server_without_an_api_gives_a_canary_coverage_line_and_still_a_verdict():
-    from tests.httpserver import ScriptedServer
-    from tests.test_bad_input import growing_vllm
+    from tests.e2e.test_bad_input import growing_vllm
+    from tests.support.httpserver import ScriptedServer
 
     with ScriptedServer(growing_vllm) as server:
         result = run_cli("scan", server.url, "--duration", "2", "--json", "--no-nvml", timeout=60)

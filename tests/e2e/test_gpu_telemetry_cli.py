@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 from tests.conftest import run_cli
-from tests.httpserver import ScriptedServer
-from tests.test_bad_input import FAST, growing_vllm
+from tests.e2e.test_bad_input import FAST, growing_vllm
+from tests.support.httpserver import ScriptedServer
 
-FIXTURES = Path(__file__).parent / "fixtures" / "nvml"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvml"
 NO_GPU_LINE = "GPU telemetry: unavailable (no NVIDIA driver found; pass --dcgm-url for remote GPUs)"
 
 

@@ -21,7 +21,7 @@ from llmdiag.errors import ProbeError
 from llmdiag.model import SignalSet, SourceInfo
 from llmdiag.schema.loader import load_probe
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "nvml"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
 H100 = FIXTURES / "h100-sxm-tp2-decode.json"
 RTX4090 = FIXTURES / "rtx4090-x2-pcie-power-capped.json"
 SAMPLE_SECONDS = 0.5

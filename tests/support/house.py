@@ -1,6 +1,6 @@
 """The house's size figures, measured from the code: modules, functions, parameters, imports inside functions.
 
-    python -m tests.house            # print the figures and the worst offenders
+    python -m tests.support.house    # print the figures and the worst offenders
     lint-imports                     # the layering contract and cycles (pyproject.toml [tool.importlinter])
 
 tests/unit/test_house.py holds the limits: no module over MAX_MODULE_LINES, no function over MAX_FUNCTION_LINES,
@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "llmdiag"
+PACKAGE = Path(__file__).resolve().parents[2] / "llmdiag"
 MAX_MODULE_LINES = 900
 MAX_FUNCTION_LINES = 120
 MAX_PARAMETERS = 12

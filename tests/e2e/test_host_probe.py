@@ -31,8 +31,8 @@ from llmdiag.collect.source import Source
 from llmdiag.collect.telemetry import host
 from llmdiag.model import SourceInfo
 from tests.conftest import REPO_ROOT, run_cli
-from tests.httpserver import Reply, ScriptedServer
-from tests.test_bad_input import growing_vllm
+from tests.e2e.test_bad_input import growing_vllm
+from tests.support.httpserver import Reply, ScriptedServer
 
 # a process that uses a whole core reads about 1.0; "clearly busy" leaves room for a shared, noisy machine
 BUSY_CORES = 0.5
@@ -71,9 +71,9 @@ else:
 VLLM_AND_BURN = r"""
 import subprocess, sys, time
 sys.path.insert(0, sys.argv[3])
-from tests.httpserver import Reply, ScriptedServer
-from tests.test_bad_input import growing_vllm
-from tests.test_bad_input import vllm_exposition
+from tests.support.httpserver import Reply, ScriptedServer
+from tests.e2e.test_bad_input import growing_vllm
+from tests.e2e.test_bad_input import vllm_exposition
 seconds, mode = float(sys.argv[1]), sys.argv[2]
 deadline = time.monotonic() + seconds
 state = {"n": 0}

@@ -18,8 +18,8 @@ from llmdiag.model import LoadPoint, LoadReport, Percentiles, Verdict
 from llmdiag.render.html import render_html
 from tests import browser
 from tests.conftest import run_cli
-from tests.httpserver import Reply, ScriptedServer
-from tests.test_bad_input import assert_clean_error
+from tests.e2e.test_bad_input import assert_clean_error
+from tests.support.httpserver import Reply, ScriptedServer
 
 SCAN_CHARTS = ("requests", "kv", "preemptions", "tokens", "gpu_util", "gpu_memory", "ttft", "itl")
 SWEEP_CHARTS = ("sweep_ttft", "sweep_itl", "sweep_total", "sweep_per_user", "sweep_goodput", "sweep_errors")

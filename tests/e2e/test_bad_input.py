@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliResult, run_cli
-from tests.httpserver import Reply, ScriptedServer
+from tests.support.httpserver import Reply, ScriptedServer
 
 # The golden pins: every case's exit code and ERROR/HINT lines, less ports, temporary paths and the Python
 # version in a server header. LLMDIAG_GOLDEN_RECORD=1 rewrites them (an intended change, in its own commit).
-PINS = Path(__file__).resolve().parent / "e2e" / "golden" / "bad_input.json"
+PINS = Path(__file__).resolve().parent / "golden" / "bad_input.json"
 _seen: list[list[object]] | None = None
 
 

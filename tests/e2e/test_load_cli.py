@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from tests.conftest import run_cli
-from tests.httpserver import Reply, ScriptedServer
-from tests.test_bad_input import free_port, vllm_exposition
+from tests.e2e.test_bad_input import free_port, vllm_exposition
+from tests.support.httpserver import Reply, ScriptedServer
 
 FAST = ("--duration", "5", "--warmup", "2", "--prompt-tokens", "128", "--output-tokens", "32", "--json")
 

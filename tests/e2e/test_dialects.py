@@ -24,7 +24,7 @@ from llmdiag.sim.dialects import dialect_names, get_dialect
 from llmdiag.sim.presets import get_preset
 from llmdiag.sim.server import ClosedLoopLoad, SimServer
 from tests.conftest import FIXTURES, run_cli
-from tests.httpserver import Reply, ScriptedServer
+from tests.support.httpserver import Reply, ScriptedServer
 
 SCAN_SECONDS = "5"
 WARMUP_SECONDS = 2.0

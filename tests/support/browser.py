@@ -1,6 +1,6 @@
 """A real headless browser for the HTML report tests: Debian's Chromium driven by Playwright.
 
-    python -m tests.browser install     # idempotent: apt-get chromium + chromium-driver, pip playwright
+    python -m tests.support.browser install     # idempotent: apt-get chromium + chromium-driver, pip playwright
 
 Never ``playwright install``: it downloads its own browsers from the internet. We launch the distribution's
 ``/usr/bin/chromium`` through ``executable_path`` instead. ``make test`` runs the install and sets
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.required import require_tool
+from tests.support.required import require_tool
 
 CHROMIUM = Path(os.environ.get("LLMDIAG_CHROMIUM", "/usr/bin/chromium"))
 LAUNCH_ARGS = [
@@ -32,15 +32,15 @@ LAUNCH_ARGS = [
     "--no-first-run",
 ]
 REQUIRED_ENV = "LLMDIAG_BROWSER_TESTS"
-OUTPUT_DIR = Path(__file__).resolve().parents[1] / "test-output" / "browser"
+OUTPUT_DIR = Path(__file__).resolve().parents[2] / "test-output" / "browser"
 
 
 def missing() -> str | None:
     """Why the browser tests cannot run here, or None when they can."""
     if not CHROMIUM.exists():
-        return f"{CHROMIUM} not found (python -m tests.browser install)"
+        return f"{CHROMIUM} not found (python -m tests.support.browser install)"
     if importlib.util.find_spec("playwright") is None:
-        return "playwright is not installed (python -m tests.browser install)"
+        return "playwright is not installed (python -m tests.support.browser install)"
     return None
 
 
@@ -113,6 +113,6 @@ def install() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["install"]:
-        print("usage: python -m tests.browser install")
+        print("usage: python -m tests.support.browser install")
         sys.exit(2)
     sys.exit(install())
