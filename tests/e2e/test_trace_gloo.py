@@ -1,6 +1,6 @@
 """`llmdiag trace` on a real gloo job: 2 CPU ranks under torchrun on 127.0.0.1, profiled, one rank made late.
 
-The job (tests/gloo_trace_job.py) runs 3 profiled steps of matmuls then five collectives of known sizes; rank 1
+The job (tests/support/gloo_trace_job.py) runs 3 profiled steps of matmuls then five collectives of known sizes; rank 1
 sleeps before its collectives, so rank 0 waits inside the first one of each step. Times are never asserted as
 absolute numbers (a shared 2-core machine): only structure, sizes, who is late and loose bounds around the delay.
 A run takes ~7 s here (torchrun start-up included), up to ~60 s on a busy machine.
@@ -20,7 +20,7 @@ from tests.conftest import REPO_ROOT, run_cli
 
 torch = pytest.importorskip("torch", reason="torch (CPU) is needed to make a gloo trace")
 
-JOB = REPO_ROOT / "tests" / "gloo_trace_job.py"
+JOB = REPO_ROOT / "tests" / "support" / "gloo_trace_job.py"
 DELAY = 0.08  # seconds rank 1 sleeps before its collectives, each step
 STRAGGLER = 1
 # what the job's collectives should come out as: (collective, count per rank, bytes as nccl-tests counts them)

@@ -1,7 +1,7 @@
 """A tiny gloo job under torchrun that writes one profiler trace per rank (tests/test_trace_gloo.py runs it).
 
     python -m torch.distributed.run --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT \
-        tests/gloo_trace_job.py OUTDIR [--straggler RANK] [--delay SECONDS]
+        tests/support/gloo_trace_job.py OUTDIR [--straggler RANK] [--delay SECONDS]
 
 Each profiled step: a few matmuls ("compute"), then the straggler rank sleeps ``--delay`` s, then one each of
 all_reduce, all_gather (into a list), all_gather_into_tensor, reduce_scatter_tensor and all_to_all_single, of the
