@@ -10,10 +10,11 @@
 #   2. a virtualenv (--system-site-packages, so a CUDA torch already on the machine is used as is) with llmdiag[gpu];
 #      torch==2.13.0 is installed into it only when no CUDA torch is importable (TORCH_SPEC overrides; on a machine
 #      without network access, have a CUDA torch installed system-wide or in $VENV beforehand).
-#   3. one rank (`torchrun --nproc-per-node 1 -m llmdiag.nccl_bench`): a world of 1 has no inter-GPU link, so it runs
-#      the device-memory copy probe and compares it with NVML's peak (max memory clock x bus width x 2).
-#   4. with 2+ GPUs, also every GPU (up to 8) through the CLI wrapper `llmdiag nccl-bench`, 1M:1G, against the link
-#      NVML reports.
+#   3. one rank (`torchrun --nproc-per-node 1 -m llmdiag.nccl_bench`, the module users run by hand): a world of 1 has
+#      no inter-GPU link, so it runs the device-memory copy probe and compares it with NVML's peak (max memory clock x
+#      bus width x 2).
+#   4. with 2+ GPUs, also every GPU (up to 8) through `llmdiag nccl-bench` (which launches the ranks of
+#      llmdiag.collect.nccl.bench and judges rank 0's measurement), 1M:1G, against the link NVML reports.
 #   5. checks the JSON: backend nccl, correct results, copy bandwidth 30-105 % of the NVML peak, busbw > 0 and its
 #      ratio to the link's expected busbw in (0.05, 1.5); prints PASS/FAIL per check.
 set -uo pipefail
@@ -85,8 +86,9 @@ OMP_NUM_THREADS=1 timeout "$(left)" "$VENV/bin/python" -m torch.distributed.run 
   2> "$OUT/world1.stderr" | tee "$OUT/world1.txt"
 echo "rc=${PIPESTATUS[0]} in $(( $(date +%s) - T0 )) s"
 if [ -s "$OUT/world1.json" ]; then
-  check "world 1: backend nccl, one rank, no collectives" \
-    'r0["backend"] == "nccl" and r0["world_size"] == 1 and r0["results"] == []' "$OUT/world1.json"
+  check "world 1: the report model (schema 1), backend nccl, one rank, no collectives" \
+    'r0["schema_version"] == "1" and r0["backend"] == "nccl" and r0["world_size"] == 1 and r0["results"] == []' \
+    "$OUT/world1.json"
   check "world 1: no inter-GPU link, said so" 'r0["link"]["name"] is None and "no inter-GPU link" in r0["link"]["unavailable"]' \
     "$OUT/world1.json"
   check "memory probe: copy correct" 'r0["memory_probe"]["check"] == "ok"' "$OUT/world1.json"

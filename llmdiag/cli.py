@@ -1497,21 +1497,31 @@ def nccl_bench_cmd(
     timeout: Annotated[float, typer.Option("--timeout", help="Give up after this many seconds.")] = 3600.0,
 ) -> None:
     """Collective bandwidth (nccl-tests' algbw/busbw) under torchrun, against the link's expected busbw."""
+    from llmdiag.api.nccl import run_nccl_bench
     from llmdiag.model import Severity
-    from llmdiag.nccl_launch import run_bench
+    from llmdiag.render.files import write_atomic
+    from llmdiag.render.nccl import render_nccl_bench
 
-    bench_args = ["--sizes", sizes, "--ops", ops, "--iters", str(iters), "--warmup", str(warmup)]
-    bench_args += ["--trials", str(trials)]
-    bench_args += ["--max-size", max_size] if max_size else []
-    bench_args += ["--link", link] if link else []
-    bench_args += ["--json", json_out] if json_out else []
     try:
-        result = run_bench(nproc_per_node, bench_args, timeout_seconds=timeout)
+        report = run_nccl_bench(
+            nproc_per_node,
+            sizes=sizes,
+            ops=ops,
+            iters=iters,
+            warmup=warmup,
+            trials=trials,
+            max_size=max_size,
+            link=link,
+            timeout_seconds=timeout,
+        )
+        if json_out and json_out != "-":
+            write_atomic(Path(json_out), report.model_dump_json(indent=2) + "\n")
     except LlmdiagError as error:
         fail(error)
-    sys.stdout.write(result.stdout if result.stdout.endswith("\n") else result.stdout + "\n")
-    findings = [] if result.report is None else result.report.get("findings", [])
-    worst = max((Severity(f["severity"]).rank for f in findings), default=None)
+    except OSError as exc:
+        fail(LlmdiagError(f"cannot write {json_out}: {exc.strerror}", "pick another --json path"))
+    sys.stdout.write((report.model_dump_json(indent=2) if json_out == "-" else render_nccl_bench(report)) + "\n")
+    worst = max((finding.severity.rank for finding in report.findings), default=None)
     failing = fail_on is not FailOn.never and worst is not None and worst >= Severity(fail_on.value).rank
     raise typer.Exit(EXIT_FINDINGS if failing else EXIT_OK)
 

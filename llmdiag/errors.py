@@ -3,11 +3,14 @@
 
     LlmdiagError
     ├── UsageError                 bad command-line input
+    │   └── BenchUsageError        a bad argument to the NCCL benchmark (sizes, ops, link …)
     ├── ConfigError                llmdiag.toml is wrong
     │   └── RuleSpecError          a rule or probe file is wrong (path, field, reason)
     ├── InputFileError             a file to analyze is missing or unreadable
     │   └── TraceFileError         a profiler trace is truncated, corrupt, or not a Kineto trace
     ├── HistoryError               the check history (SQLite) cannot be opened or written
+    ├── TorchMissingError          the NCCL benchmark needs PyTorch, which is not installed
+    ├── BenchFailedError           the NCCL benchmark's torchrun job failed or did not finish
     └── ProbeError                 a source could not be read
         ├── ConnectError           refused, DNS failure, TLS failure
         ├── ProbeTimeout           no answer in --timeout
@@ -105,3 +108,19 @@ class PrometheusQueryError(ProbeError):
     """A Prometheus (or Mimir/Thanos) query API answered with an error: HTTP status, ``status: error``, a limit."""
 
     hint = "check the query by hand with the curl line in the message's signal, or narrow --selector / the window"
+
+
+class BenchUsageError(UsageError):
+    """A bad argument to the NCCL benchmark, found before torchrun starts (or by the ranks under torchrun)."""
+
+    hint = "run `python -m llmdiag.nccl_bench --help` for the options"
+
+
+class TorchMissingError(LlmdiagError):
+    hint = "pip install 'llmdiag[torch]'  (on a CPU-only machine: torch==2.13.0's CPU wheel)"
+
+
+class BenchFailedError(LlmdiagError):
+    """The torchrun job of the NCCL benchmark failed or timed out; the message names the cause, the hint the log."""
+
+    hint = "rerun with NCCL_DEBUG=INFO to see which transport NCCL chose"

@@ -27,6 +27,7 @@ ENTRY_POINTS = {
     "run_prometheus_check": "check",
     "run_load": "load",
     "analyze_traces": "trace",
+    "run_nccl_bench": "nccl",
 }
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "run_check",
     "run_demo",
     "run_load",
+    "run_nccl_bench",
     "run_prometheus_check",
 ]
 
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
         fleet_from_signal_sets,
     )
     from llmdiag.api.load import run_load
+    from llmdiag.api.nccl import run_nccl_bench
     from llmdiag.api.scan import diagnose, diagnose_files, diagnose_logs, run_demo
     from llmdiag.api.trace import analyze_traces
 

@@ -30,6 +30,13 @@ from llmdiag.model.fleet import (
     Transition,
 )
 from llmdiag.model.load import Knee, LoadPoint, LoadReport, Percentiles
+from llmdiag.model.nccl import (
+    BenchLink,
+    CollectiveMeasurement,
+    MemoryCopyProbe,
+    NcclBenchOptions,
+    NcclBenchReport,
+)
 from llmdiag.model.report import SCHEMA_VERSION
 from llmdiag.model.signals import Signal, SignalKind, SignalSet, SourceInfo, Window, WindowKind
 from llmdiag.model.trace import CollectiveStats, RankStats, Straggler, TraceProblem, TraceReport
@@ -50,6 +57,7 @@ from llmdiag.model.verdict import (
 
 __all__ = [
     "BOTTLENECK_CATEGORIES",
+    "BenchLink",
     "Bottleneck",
     "CAPACITY_SCHEMA_VERSION",
     "CapacityInputs",
@@ -57,6 +65,7 @@ __all__ = [
     "Category",
     "CheckReport",
     "ClassCoverage",
+    "CollectiveMeasurement",
     "CollectiveStats",
     "Coverage",
     "Evidence",
@@ -71,8 +80,11 @@ __all__ = [
     "Knee",
     "LoadPoint",
     "LoadReport",
+    "MemoryCopyProbe",
     "MemoryReport",
     "ModelFacts",
+    "NcclBenchOptions",
+    "NcclBenchReport",
     "OperatingPoint",
     "Percentiles",
     "RankStats",
