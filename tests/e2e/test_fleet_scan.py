@@ -17,7 +17,7 @@ import pytest
 from llmdiag.model import FleetReport
 from llmdiag.sim.presets import get_preset
 from llmdiag.sim.server import ClosedLoopLoad, SimServer
-from tests import browser
+from tests.support import browser
 from tests.conftest import run_cli
 
 WINDOW = ("--duration", "3", "--timeout", "2")

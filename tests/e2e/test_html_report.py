@@ -16,7 +16,7 @@ import pytest
 
 from llmdiag.model import LoadPoint, LoadReport, Percentiles, Verdict
 from llmdiag.render.html import render_html
-from tests import browser
+from tests.support import browser
 from tests.conftest import run_cli
 from tests.e2e.test_bad_input import assert_clean_error
 from tests.support.httpserver import Reply, ScriptedServer

@@ -26,7 +26,7 @@ from llmdiag.collect.prometheus.plan import choose_window, parse_duration, parse
 from llmdiag.errors import UsageError
 from llmdiag.sim.presets import get_preset
 from llmdiag.sim.server import ClosedLoopLoad, SimServer
-from tests import prometheus_server
+from tests.support import prometheus_server
 from tests.conftest import run_cli
 
 PRESETS = {"sim-0": "healthy", "sim-1": "healthy", "sim-2": "healthy", "sim-3": "memory"}
