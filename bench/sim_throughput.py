@@ -44,8 +44,8 @@ def stats(url: str) -> dict:
 
 
 def client(url: str, model: str, users: int, prompt: int, output: int, seconds: float, queue: mp.Queue) -> None:
+    from llmdiag.sim.load import ClosedLoopLoad
     from llmdiag.sim.presets import LoadSpec
-    from llmdiag.sim.server import ClosedLoopLoad
 
     load = ClosedLoopLoad(
         url, model, LoadSpec(users, prompt, output, output_spread=0.5), max_seconds=seconds, seed=os.getpid()

@@ -33,9 +33,11 @@ from llmdiag.client.runners import (
     raise_open_files_limit,
 )
 from llmdiag.errors import UsageError
+from llmdiag.sim.app import SimConfig
 from llmdiag.sim.engine import EngineConfig
+from llmdiag.sim.openai import WORDS
 from llmdiag.sim.presets import get_preset
-from llmdiag.sim.server import WORDS, SimConfig, SimServer
+from llmdiag.sim.server import SimServer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -452,8 +454,8 @@ def test_background_open_loop_ends_by_itself_and_reports_a_broken_factory(sim):
 
 
 def test_closed_loop_load_is_the_simulators_preset_driver(sim):
+    from llmdiag.sim.load import ClosedLoopLoad
     from llmdiag.sim.presets import LoadSpec
-    from llmdiag.sim.server import ClosedLoopLoad
 
     with ClosedLoopLoad(sim.url, sim.model, LoadSpec(2, 8, 4), max_seconds=30, max_requests=5) as load:
         assert load.wait(20)
@@ -756,8 +758,8 @@ def test_cancelling_a_request_records_it_as_cancelled_with_what_arrived():
 
 
 def test_rejections_are_counted_and_backed_off_never_fatal():
+    from llmdiag.sim.load import ClosedLoopLoad
     from llmdiag.sim.presets import LoadSpec
-    from llmdiag.sim.server import ClosedLoopLoad
 
     engine = EngineConfig(get_preset("healthy").deployment, max_num_queued_reqs=1, extra_step_overhead_seconds=0.02)
     with SimServer(engine) as server:
