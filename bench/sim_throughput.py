@@ -53,7 +53,7 @@ def client(url: str, model: str, users: int, prompt: int, output: int, seconds: 
     started = time.process_time()
     with load:
         load.wait(seconds + 30)
-    s = load.stats
+    s = load.tally
     queue.put(
         {
             "ok": s.ok,

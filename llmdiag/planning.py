@@ -66,7 +66,7 @@ def simulate_capacity(
                 time.sleep(SAMPLE_SECONDS)
                 samples.append(server.snapshot())
         wall = time.monotonic() - started
-    stats = driver.stats
+    stats = driver.tally
 
     begin, end = samples[0]["clock_seconds"], samples[-1]["clock_seconds"]
     warm_until = begin + WARMUP_SHARE * (end - begin)
