@@ -1,4 +1,5 @@
-"""An async client for the OpenAI-compatible API, measured from the client side (see llmdiag.client)."""
+"""An async client for the OpenAI-compatible API, measured from the client side (OpenAIClient; see llmdiag.client),
+and its settings apart from the URL (ClientOptions), for code that opens the client later."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Bounded load runners: closed-loop users, open-loop Poisson arrivals, and a runner in a thread for sync code."""
+"""Bounded load runners: closed-loop users (``closed_loop``), open-loop Poisson arrivals (``open_loop``), and
+``BackgroundLoad``, either of them on its own thread for sync code, shaped by a ``LoadShape`` and counted in a
+``LoadTally``. Load goes to this machine only unless the caller allows otherwise (``check_target``); the open-files
+limit is raised for one socket per user."""
 
 from __future__ import annotations
 
@@ -257,7 +260,8 @@ def _forget_if_clean(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[An
 
 @dataclass
 class LoadTally:
-    """Running counts of a load, updated as each request ends (read them from any thread)."""
+    """Running counts of a load, updated as each request ends (read them from any thread). The successful
+    requests' TTFTs are kept, a float each."""
 
     started: int = 0  # requests planned (sent, or about to be)
     ok: int = 0

@@ -8,7 +8,7 @@ against it. The hardware tables and step-time physics live in ``llmdiag.physics`
     timings      server-side timings (when each request arrived and each event was written), arrival stamping
     server       SimServer: the app on its own event loop in a thread, its port, switching presets in place
     load         ClosedLoopLoad and run_for: a preset's bounded closed-loop load (the client's BackgroundLoad)
-    presets      named states (healthy, memory, queue ...): an engine setup and the load that shows it
+    presets      named states (healthy, memory, compute, scheduling, network): a setup and the load that shows it
     metrics      vLLM's Prometheus page and dcgm-exporter's, rendered from the engine
     dialects     other servers' pages from the same engine (dialect_sglang, dialect_tgi, dialect_llamacpp,
                  dialect_trtllm)
