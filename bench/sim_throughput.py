@@ -44,8 +44,8 @@ def stats(url: str) -> dict:
 
 
 def client(url: str, model: str, users: int, prompt: int, output: int, seconds: float, queue: mp.Queue) -> None:
+    from llmdiag.sim.load import ClosedLoopLoad
     from llmdiag.sim.presets import LoadSpec
-    from llmdiag.sim.server import ClosedLoopLoad
 
     load = ClosedLoopLoad(
         url, model, LoadSpec(users, prompt, output, output_spread=0.5), max_seconds=seconds, seed=os.getpid()
@@ -53,7 +53,7 @@ def client(url: str, model: str, users: int, prompt: int, output: int, seconds: 
     started = time.process_time()
     with load:
         load.wait(seconds + 30)
-    s = load.stats
+    s = load.tally
     queue.put(
         {
             "ok": s.ok,

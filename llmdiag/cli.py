@@ -857,8 +857,9 @@ def sim_serve(
     ] = "vllm",
 ) -> None:
     """Serve a simulated vLLM, or another server's dialect (OpenAI API, metrics, /dcgm/metrics) until Ctrl-C."""
+    from llmdiag.sim.load import ClosedLoopLoad
     from llmdiag.sim.presets import get_preset
-    from llmdiag.sim.server import ClosedLoopLoad, SimServer
+    from llmdiag.sim.server import SimServer
 
     try:
         chosen = get_preset(preset)

@@ -35,8 +35,9 @@ def simulate_capacity(
     """Run the simulator for ``report``'s case (same GPU, model, TP, memory settings and vLLM caps) for about
     ``seconds`` of wall time and return what it measured. Blocking; prints nothing."""
     from llmdiag.sim.engine import EngineConfig
+    from llmdiag.sim.load import ClosedLoopLoad
     from llmdiag.sim.presets import LoadSpec
-    from llmdiag.sim.server import ClosedLoopLoad, SimServer
+    from llmdiag.sim.server import SimServer
 
     i = report.inputs
     seconds = max(MIN_SECONDS, seconds)
@@ -65,7 +66,7 @@ def simulate_capacity(
                 time.sleep(SAMPLE_SECONDS)
                 samples.append(server.snapshot())
         wall = time.monotonic() - started
-    stats = driver.stats
+    stats = driver.tally
 
     begin, end = samples[0]["clock_seconds"], samples[-1]["clock_seconds"]
     warm_until = begin + WARMUP_SHARE * (end - begin)

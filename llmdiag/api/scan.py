@@ -88,8 +88,9 @@ def run_demo(
     The scan is the same code path as ``diagnose``: the simulator speaks vLLM on the wire, and its DCGM page is
     read as a dcgm-exporter's would be with ``--dcgm-url``.
     """
+    from llmdiag.sim.load import ClosedLoopLoad
     from llmdiag.sim.presets import get_preset
-    from llmdiag.sim.server import ClosedLoopLoad, SimServer
+    from llmdiag.sim.server import SimServer
 
     preset = get_preset(preset_name)
     say = on_phase or (lambda _: None)

@@ -1,16 +1,20 @@
 """What users actually get: an async client for the OpenAI-compatible API, prompts of a chosen length, and bounded
-load runners, all measured from the client side.
+load runners, all measured from the client side. By module:
 
-    OpenAIClient(base_url, ...)     async context manager; ``complete()`` sends one /v1/completions or
-                                    /v1/chat/completions request (SSE streaming or not) and returns a RequestResult;
-                                    ``models()``, ``count_tokens()`` (vLLM's /tokenize)
-    RequestResult                   one request as the user saw it: TTFT, every inter-token gap, end-to-end time,
-                                    tokens, HTTP status, and the error with its kind when it failed
-    RequestPlan                     what to send next (prompt, max_tokens, chat, stream, ...)
-    PromptFactory                   prompts of a requested token length from random common words
-    closed_loop(), open_loop()      N users each sending its next request when the last ends, or Poisson arrivals;
-                                    bounded by a duration and a request count
-    BackgroundLoad                  either runner on its own event loop in a thread, for sync code
+    openai      OpenAIClient(base_url, ...): async context manager; ``complete()`` sends one /v1/completions or
+                /v1/chat/completions request (SSE streaming or not) and returns a RequestResult; ``models()``,
+                ``count_tokens()`` (vLLM's /tokenize). ClientOptions: its settings, for code that opens it later
+    http1       the HTTP/1.1 and SSE connection under OpenAIClient (why it is its own: below)
+    rxtime      the kernel's receive stamp of each read: when bytes reached the machine
+    result      RequestResult: one request as the user saw it (TTFT, every inter-token gap, end-to-end time, tokens,
+                HTTP status, and the error with its kind when it failed); RequestPlan: what to send next (prompt,
+                max_tokens, chat, stream, ...)
+    prompts     PromptFactory: prompts of a requested token length from random common words
+    runners     closed_loop(), open_loop(): N users each sending its next request when the last ends, or Poisson
+                arrivals, bounded by a duration and a request count; BackgroundLoad: either on its own event loop
+                in a thread for sync code, shaped by a LoadShape and counted in a LoadTally; check_target: load goes
+                to this machine unless allowed elsewhere
+    endpoint    Connection: where and how to reach a server (URLs, headers, secrets); URLs normalised and redacted
 
 Why a small HTTP/1.1 client of its own instead of aiohttp or httpx: the cost and the accuracy of the per-token
 path. Each SSE event is timestamped in ``data_received``, when the bytes come off the socket, not after a task

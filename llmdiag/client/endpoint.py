@@ -1,4 +1,5 @@
-"""Where and how to reach one server: its URLs, headers and secrets, and how a URL is shown (never with a password)."""
+"""Where and how to reach one server (Connection: its URLs, headers and secrets), and the small pieces around it: a
+base URL normalised, a URL shown (never with a password), a --header parsed, a byte limit written as typed."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""HTTP/1.1 and SSE on one asyncio protocol: each read stamped as it arrives, each event looked at in place
-(see llmdiag.client for why this client is its own)."""
+"""HTTP/1.1 and SSE on one asyncio protocol, the connection OpenAIClient sends each request on: each read stamped as
+it arrives, each event looked at in place (see llmdiag.client for why this client is its own)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""An async client for the OpenAI-compatible API, measured from the client side (see llmdiag.client)."""
+"""An async client for the OpenAI-compatible API, measured from the client side (OpenAIClient; see llmdiag.client),
+and its settings apart from the URL (ClientOptions), for code that opens the client later."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import secrets
 import socket
 import ssl
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -328,3 +330,27 @@ class OpenAIClient:
         if names and self.model is None:
             self.model = names[0]
         self._model_checked = True
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """How an OpenAIClient talks to its server, all but the URL (``OpenAIClient``'s keyword arguments), for code that
+    opens its client later (``BackgroundLoad``). The key and the headers stay out of the repr."""
+
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    headers: Mapping[str, str] | None = field(default=None, repr=False)
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    insecure: bool = False
+    max_connections: int = 0
+
+    def open(self, base_url: str) -> OpenAIClient:
+        return OpenAIClient(
+            base_url,
+            model=self.model,
+            api_key=self.api_key,
+            headers=self.headers,
+            timeout_seconds=self.timeout_seconds,
+            insecure=self.insecure,
+            max_connections=self.max_connections,
+        )

@@ -1,4 +1,7 @@
-"""Bounded load runners: closed-loop users, open-loop Poisson arrivals, and a runner in a thread for sync code."""
+"""Bounded load runners: closed-loop users (``closed_loop``), open-loop Poisson arrivals (``open_loop``), and
+``BackgroundLoad``, either of them on its own thread for sync code, shaped by a ``LoadShape`` and counted in a
+``LoadTally``. Load goes to this machine only unless the caller allows otherwise (``check_target``); the open-files
+limit is raised for one socket per user."""
 
 from __future__ import annotations
 
@@ -11,13 +14,13 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from llmdiag.client.endpoint import normalise_base_url, redact_url
-from llmdiag.client.openai import DEFAULT_TIMEOUT_SECONDS, OpenAIClient
+from llmdiag.client.openai import ClientOptions, OpenAIClient
 from llmdiag.client.result import RequestFactory, RequestPlan, RequestResult, ResultCallback, _monotonic
 from llmdiag.errors import UsageError
 
@@ -257,97 +260,93 @@ def _forget_if_clean(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[An
 
 @dataclass
 class LoadTally:
-    """Running counts of a background load, updated as each request ends (read them from any thread)."""
+    """Running counts of a load, updated as each request ends (read them from any thread). The successful
+    requests' TTFTs are kept, a float each."""
 
     started: int = 0  # requests planned (sent, or about to be)
     ok: int = 0
-    cancelled: int = 0
-    errors: Counter[str] = field(default_factory=Counter)  # by error_kind
-    http_statuses: Counter[int] = field(default_factory=Counter)  # statuses of the "http" errors
-    output_tokens: int = 0  # of the successful requests
+    rejected: int = 0  # HTTP 503: the server turned it away (a full queue)
+    cancelled: int = 0  # in flight when the load stopped: not the server's failure
+    errors: Counter[str] = field(default_factory=Counter)  # other failures: "HTTP 500", "connect", "stream" ...
+    completion_tokens: int = 0  # of the successful requests
+    ttft_seconds: list[float] = field(default_factory=list)  # client side, successful requests: sent → first token
     last_error: str | None = None
-
-    @property
-    def failed(self) -> int:
-        return sum(self.errors.values())
 
     def add(self, result: RequestResult) -> None:
         if result.ok:
             self.ok += 1
-            self.output_tokens += result.output_tokens or 0
-        elif result.error_kind == "cancelled":
+            self.completion_tokens += result.output_tokens or 0
+            if result.ttft_seconds is not None:
+                self.ttft_seconds.append(result.ttft_seconds)
+            return
+        if result.error_kind == "cancelled":
             self.cancelled += 1
+            return
+        if result.error_kind == "http" and result.status == 503:
+            self.rejected += 1
+        elif result.error_kind == "http":
+            self.errors[f"HTTP {result.status}"] += 1
         else:
             self.errors[result.error_kind or "error"] += 1
-            if result.error_kind == "http" and result.status is not None:
-                self.http_statuses[result.status] += 1
-            self.last_error = result.error
+        self.last_error = result.error
+
+
+@dataclass(frozen=True)
+class LoadShape:
+    """How hard and how long a BackgroundLoad runs: ``users`` (a closed loop) or ``rate_per_second`` (an open
+    loop), until ``duration_seconds`` or ``max_requests`` started requests (None: no count cap)."""
+
+    duration_seconds: float
+    users: int | None = None
+    rate_per_second: float | None = None
+    max_requests: int | None = None
+    think_time_seconds: float = 0.0  # closed loop: a user's pause between requests
+    error_backoff_seconds: float = DEFAULT_ERROR_BACKOFF_SECONDS  # closed loop: a user's pause after a failure
+    seed: int = 0  # open loop: the draw of arrival times
+
+    def __post_init__(self) -> None:
+        if (self.users is None) == (self.rate_per_second is None):
+            raise UsageError("give users (a closed loop) or rate_per_second (an open loop), not both or neither")
 
 
 class BackgroundLoad:
     """A bounded load on its own event loop in a background thread, for sync code (the simulator's demo load,
     tests, ``llmdiag capacity --simulate``):
 
-        with BackgroundLoad(url, factory, users=8, duration_seconds=30) as load:
+        with BackgroundLoad(url, factory, LoadShape(30, users=8)) as load:
             time.sleep(10)
         load.tally.ok, load.tally.errors
 
-    Give ``users`` (a closed loop) or ``rate_per_second`` (an open loop). It ends by itself at
-    ``duration_seconds`` or ``max_requests``, or when ``stop()`` (or leaving the block) cancels what is in flight.
-    ``prepare(client)`` runs first (e.g. calibrating prompts); ``start()`` returns once it has. ``on_result`` is
-    called on the load's thread. ``keep_results`` keeps every result in ``results`` (memory grows with the run).
-    Refuses a server that is not on this machine unless ``allow_remote``.
+    ``shape`` says how hard and how long (``LoadShape``); ``client`` how to talk to the server (``ClientOptions``).
+    It ends by itself at the shape's duration or request count, or when ``stop()`` (or leaving the block) cancels
+    what is in flight. ``prepare(client)`` runs first (e.g. calibrating prompts); ``start()`` returns once it has.
+    ``on_result`` is called on the load's thread. ``keep_results`` keeps every result in ``results`` (memory grows
+    with the run). Refuses a server that is not on this machine unless ``allow_remote``.
     """
 
     def __init__(
         self,
         base_url: str,
         request_factory: RequestFactory,
+        shape: LoadShape,
         *,
-        users: int | None = None,
-        rate_per_second: float | None = None,
-        duration_seconds: float,
-        max_requests: int | None = None,
-        think_time_seconds: float = 0.0,
-        model: str | None = None,
-        api_key: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
-        insecure: bool = False,
-        max_connections: int = 0,
+        client: ClientOptions | None = None,
         allow_remote: bool = False,
         keep_results: bool = False,
         on_result: ResultCallback | None = None,
         prepare: Callable[[OpenAIClient], Awaitable[None]] | None = None,
-        error_backoff_seconds: float = DEFAULT_ERROR_BACKOFF_SECONDS,
-        seed: int = 0,
         name: str = "llmdiag-load",
     ) -> None:
-        if (users is None) == (rate_per_second is None):
-            raise UsageError("give users (a closed loop) or rate_per_second (an open loop), not both or neither")
         check_target(base_url, allow_remote)
         self.base_url = base_url
-        self._factory = request_factory
-        self._client_options: dict[str, Any] = dict(
-            model=model,
-            api_key=api_key,
-            headers=headers,
-            timeout_seconds=timeout_seconds,
-            insecure=insecure,
-            max_connections=max_connections,
-        )
-        self._run_options: dict[str, Any] = dict(
-            duration_seconds=duration_seconds, max_requests=max_requests, allow_remote=allow_remote, keep_results=False
-        )
-        self.users = users
-        self.rate_per_second = rate_per_second
-        self.think_time_seconds = think_time_seconds
-        self.error_backoff_seconds = error_backoff_seconds
-        self.seed = seed
+        self.shape = shape
+        self.allow_remote = allow_remote
         self.keep_results = keep_results
         self.on_result = on_result
         self.prepare = prepare
         self.name = name
+        self._factory = request_factory
+        self._client_options = client or ClientOptions()
         self.tally = LoadTally()
         self.results: list[RequestResult] = []
         self.client: OpenAIClient | None = None
@@ -435,29 +434,30 @@ class BackgroundLoad:
         return self._factory()
 
     async def _run(self) -> None:
-        async with OpenAIClient(self.base_url, **self._client_options) as client:
+        shape = self.shape
+        # the runners keep no results: _record keeps them when asked, as they end
+        run_options: dict[str, Any] = dict(
+            duration_seconds=shape.duration_seconds,
+            max_requests=shape.max_requests,
+            on_result=self._record,
+            allow_remote=self.allow_remote,
+            keep_results=False,
+        )
+        async with self._client_options.open(self.base_url) as client:
             self.client = client
             if self.prepare is not None:
                 await self.prepare(client)
             self.started_at = time.time()
             self._ready.set()
-            if self.users is not None:
+            if shape.users is not None:
                 await closed_loop(
                     client,
-                    self.users,
+                    shape.users,
                     self._plan,
-                    think_time_seconds=self.think_time_seconds,
-                    on_result=self._record,
-                    error_backoff_seconds=self.error_backoff_seconds,
-                    **self._run_options,
+                    think_time_seconds=shape.think_time_seconds,
+                    error_backoff_seconds=shape.error_backoff_seconds,
+                    **run_options,
                 )
             else:
-                assert self.rate_per_second is not None
-                await open_loop(
-                    client,
-                    self.rate_per_second,
-                    self._plan,
-                    seed=self.seed,
-                    on_result=self._record,
-                    **self._run_options,
-                )
+                assert shape.rate_per_second is not None
+                await open_loop(client, shape.rate_per_second, self._plan, seed=shape.seed, **run_options)

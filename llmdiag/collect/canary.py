@@ -12,10 +12,10 @@ import random
 from collections.abc import Iterable
 
 from llmdiag.client.endpoint import Connection, redact_url
-from llmdiag.client.openai import OpenAIClient
+from llmdiag.client.openai import ClientOptions, OpenAIClient
 from llmdiag.client.prompts import PromptFactory
 from llmdiag.client.result import RequestPlan, RequestResult
-from llmdiag.client.runners import BackgroundLoad
+from llmdiag.client.runners import BackgroundLoad, LoadShape
 from llmdiag.collect.source import unavailable_source
 from llmdiag.errors import LlmdiagError
 from llmdiag.model import Percentiles, Signal, SignalSet, SourceInfo
@@ -89,14 +89,18 @@ class Canary:
         self.load = BackgroundLoad(
             self.connection.base_url,
             self._plan,
-            users=1,
-            think_time_seconds=CANARY_INTERVAL_SECONDS,
-            duration_seconds=self.duration_seconds,
-            max_requests=CANARY_MAX_REQUESTS,
-            api_key=self.connection.api_key,
-            headers=self.connection.headers,
-            insecure=self.connection.insecure,
-            timeout_seconds=min(CANARY_TIMEOUT_SECONDS, max(self.connection.timeout_seconds, 10.0)),
+            LoadShape(
+                self.duration_seconds,
+                users=1,
+                think_time_seconds=CANARY_INTERVAL_SECONDS,
+                max_requests=CANARY_MAX_REQUESTS,
+            ),
+            client=ClientOptions(
+                api_key=self.connection.api_key,
+                headers=self.connection.headers,
+                insecure=self.connection.insecure,
+                timeout_seconds=min(CANARY_TIMEOUT_SECONDS, max(self.connection.timeout_seconds, 10.0)),
+            ),
             allow_remote=True,
             keep_results=True,
             prepare=self._prepare,

@@ -1,7 +1,7 @@
 """A discrete-event model of a vLLM-style continuous-batching engine, priced step by step by ``physics.step_time``.
 
 The engine knows no clock and no sockets: the caller hands it a time, ``schedule(now)`` builds one step and says
-when it ends, and ``complete(step)`` applies the step's results at that end. ``llmdiag.sim.server`` drives it in
+when it ends, and ``complete(step)`` applies the step's results at that end. ``llmdiag.sim.realtime`` drives it in
 (scaled) real time; the unit tests drive it by hand. The scheduler follows vLLM V1's (``vllm/v1/core/sched``):
 
     KV cache     ``num_gpu_blocks`` blocks of ``block_size`` tokens; block 0 is vLLM's null block, so

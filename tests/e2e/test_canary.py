@@ -16,8 +16,9 @@ from contextlib import contextmanager
 import aiohttp
 from aiohttp import web
 
+from llmdiag.sim.load import ClosedLoopLoad
 from llmdiag.sim.presets import get_preset
-from llmdiag.sim.server import ClosedLoopLoad, SimServer
+from llmdiag.sim.server import SimServer
 from tests.conftest import run_cli
 
 PROXY_DELAY_SECONDS = 1.0

@@ -15,8 +15,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmdiag.history import CheckRow, History
+from llmdiag.sim.load import ClosedLoopLoad
 from llmdiag.sim.presets import get_preset
-from llmdiag.sim.server import ClosedLoopLoad, SimServer
+from llmdiag.sim.server import SimServer
 from tests.conftest import run_cli
 
 WINDOW = ("--duration", "3", "--timeout", "2", "--no-nvml")

@@ -21,8 +21,9 @@ from llmdiag.api import diagnose_files
 from llmdiag.client.endpoint import Connection
 from llmdiag.collect.detect import detect_live, server_names
 from llmdiag.sim.dialects import dialect_names, get_dialect
+from llmdiag.sim.load import ClosedLoopLoad
 from llmdiag.sim.presets import get_preset
-from llmdiag.sim.server import ClosedLoopLoad, SimServer
+from llmdiag.sim.server import SimServer
 from tests.conftest import FIXTURES, run_cli
 from tests.support.httpserver import Reply, ScriptedServer
 

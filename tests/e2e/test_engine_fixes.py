@@ -22,8 +22,9 @@ from llmdiag.model.io import load_result
 from llmdiag.render.html import render_html
 from llmdiag.render.terminal import render_terminal
 from llmdiag.schema.loader import find_rule
+from llmdiag.sim.load import ClosedLoopLoad
 from llmdiag.sim.presets import get_preset
-from llmdiag.sim.server import ClosedLoopLoad, SimServer
+from llmdiag.sim.server import SimServer
 from tests.conftest import run_cli
 
 SGLANG_KV = "--mem-fraction-static"

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from llmdiag.model import FleetReport
+from llmdiag.sim.load import ClosedLoopLoad
 from llmdiag.sim.presets import get_preset
-from llmdiag.sim.server import ClosedLoopLoad, SimServer
+from llmdiag.sim.server import SimServer
 from tests.support import browser
 from tests.conftest import run_cli
 

@@ -24,8 +24,9 @@ from llmdiag.collect.prometheus.api import PrometheusSource
 from llmdiag.collect.prometheus.build import collect_prometheus, collect_prometheus_timeline
 from llmdiag.collect.prometheus.plan import choose_window, parse_duration, parse_time, selector_matchers
 from llmdiag.errors import UsageError
+from llmdiag.sim.load import ClosedLoopLoad
 from llmdiag.sim.presets import get_preset
-from llmdiag.sim.server import ClosedLoopLoad, SimServer
+from llmdiag.sim.server import SimServer
 from tests.support import prometheus_server
 from tests.conftest import run_cli
 

@@ -26,6 +26,7 @@ from llmdiag.client.prompts import PromptFactory
 from llmdiag.client.result import RequestPlan, RequestResult
 from llmdiag.client.runners import (
     BackgroundLoad,
+    LoadShape,
     check_target,
     closed_loop,
     is_loopback,
@@ -33,9 +34,11 @@ from llmdiag.client.runners import (
     raise_open_files_limit,
 )
 from llmdiag.errors import UsageError
+from llmdiag.sim.app import SimConfig
 from llmdiag.sim.engine import EngineConfig
+from llmdiag.sim.openai import WORDS
 from llmdiag.sim.presets import get_preset
-from llmdiag.sim.server import WORDS, SimConfig, SimServer
+from llmdiag.sim.server import SimServer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -411,7 +414,7 @@ def test_runners_refuse_a_remote_server_unless_allowed():
         run(main())
     assert run(main(allow_remote=True)) == []  # allowed; zero requests asked, none sent
     with pytest.raises(UsageError):
-        BackgroundLoad("http://10.0.0.5:8000", plans(), users=1, duration_seconds=1)
+        BackgroundLoad("http://10.0.0.5:8000", plans(), LoadShape(1, users=1))
 
 
 def test_open_files_limit_is_raised_for_many_users():
@@ -428,37 +431,37 @@ def test_open_files_limit_is_raised_for_many_users():
 
 
 def test_background_load_counts_and_stops(sim):
-    with BackgroundLoad(sim.url, plans(64), users=4, duration_seconds=60, keep_results=True) as load:
+    with BackgroundLoad(sim.url, plans(64), LoadShape(60, users=4), keep_results=True) as load:
         deadline = time.monotonic() + 20
         while load.tally.ok < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
     assert not load.running and load.error is None
     tally = load.tally
-    assert tally.ok >= 4 and not tally.errors and tally.output_tokens == 64 * tally.ok
+    assert tally.ok >= 4 and not tally.errors and tally.completion_tokens == 64 * tally.ok
     assert tally.cancelled == 4  # the four users were mid-answer when the block ended
     assert len(load.results) == tally.ok + tally.cancelled
     assert tally.started >= tally.ok + tally.cancelled
 
 
 def test_background_open_loop_ends_by_itself_and_reports_a_broken_factory(sim):
-    load = BackgroundLoad(sim.url, plans(), rate_per_second=50, duration_seconds=30, max_requests=6).start()
+    load = BackgroundLoad(sim.url, plans(), LoadShape(30, rate_per_second=50, max_requests=6)).start()
     assert load.wait(20) and load.tally.ok == 6 and load.error is None
 
     def broken() -> RequestPlan:
         raise KeyError("no such prompt")
 
-    failing = BackgroundLoad(sim.url, broken, users=2, duration_seconds=5).start()
+    failing = BackgroundLoad(sim.url, broken, LoadShape(5, users=2)).start()
     assert failing.wait(10) and isinstance(failing.error, KeyError)
 
 
 def test_closed_loop_load_is_the_simulators_preset_driver(sim):
+    from llmdiag.sim.load import ClosedLoopLoad
     from llmdiag.sim.presets import LoadSpec
-    from llmdiag.sim.server import ClosedLoopLoad
 
     with ClosedLoopLoad(sim.url, sim.model, LoadSpec(2, 8, 4), max_seconds=30, max_requests=5) as load:
         assert load.wait(20)
-    assert load.stats.ok == 5 and load.stats.completion_tokens == 20 and load.stats.started == 5
-    assert len(load.stats.ttft_seconds) == 5 and not load.stats.errors
+    assert load.tally.ok == 5 and load.tally.completion_tokens == 20 and load.tally.started == 5
+    assert len(load.tally.ttft_seconds) == 5 and not load.tally.errors
 
 
 # --- server-side timings (the simulator) ---------------------------------------------------------------------
@@ -756,8 +759,8 @@ def test_cancelling_a_request_records_it_as_cancelled_with_what_arrived():
 
 
 def test_rejections_are_counted_and_backed_off_never_fatal():
+    from llmdiag.sim.load import ClosedLoopLoad
     from llmdiag.sim.presets import LoadSpec
-    from llmdiag.sim.server import ClosedLoopLoad
 
     engine = EngineConfig(get_preset("healthy").deployment, max_num_queued_reqs=1, extra_step_overhead_seconds=0.02)
     with SimServer(engine) as server:
@@ -776,7 +779,7 @@ def test_rejections_are_counted_and_backed_off_never_fatal():
     assert any(r.ok for r in results) and {r.error_kind for r in results} <= {None, "http", "cancelled"}
     # each user waits 0.2 s after a rejection: at most ~8 rejections per user in 1.5 s, not thousands
     assert len(rejected) <= 6 * 9
-    assert load.stats.rejected > 0 and load.stats.ok > 0 and not load.stats.errors
+    assert load.tally.rejected > 0 and load.tally.ok > 0 and not load.tally.errors
 
 
 def test_the_real_vllm_tests_load_driver_runs_on_the_simulator(sim):

@@ -21,11 +21,13 @@ from llmdiag.engine.evaluate import CORE_SIGNALS
 from llmdiag.physics.hardware import GPUS, MODELS
 from llmdiag.physics.step import Deployment
 from llmdiag.schema.loader import load_probe
+from llmdiag.sim.app import SimConfig
 from llmdiag.sim.engine import EngineConfig
+from llmdiag.sim.load import ClosedLoopLoad, run_for
+from llmdiag.sim.openai import BUSY_MESSAGE
 from llmdiag.sim.presets import PRESETS, LoadSpec, get_preset
-from llmdiag.sim.server import BUSY_MESSAGE, ClosedLoopLoad, SimConfig, SimServer, run_for
-
-from .conftest import FIXTURES, run_cli
+from llmdiag.sim.server import SimServer
+from tests.conftest import FIXTURES, run_cli
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from llmdiag.sim.load import ClosedLoopLoad
 from llmdiag.sim.presets import get_preset
-from llmdiag.sim.server import ClosedLoopLoad, SimServer
+from llmdiag.sim.server import SimServer
 from tests.conftest import REPO_ROOT, run_cli
 
 TRACES = REPO_ROOT.parent / "shared" / "traces"

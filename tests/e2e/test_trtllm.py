@@ -17,8 +17,9 @@ from llmdiag.collect.files import collect_files
 from llmdiag.collect.live import collect_live
 from llmdiag.collect.servers.trtllm import missing_records, signals_from_iteration_records
 from llmdiag.engine.evaluate import build_verdict
+from llmdiag.sim.load import ClosedLoopLoad
 from llmdiag.sim.presets import get_preset
-from llmdiag.sim.server import ClosedLoopLoad, SimServer
+from llmdiag.sim.server import SimServer
 from tests.conftest import FIXTURES, run_cli
 
 RECORDS = FIXTURES / "trtllm"

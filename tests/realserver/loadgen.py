@@ -17,10 +17,10 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from llmdiag.client.openai import OpenAIClient
+from llmdiag.client.openai import ClientOptions, OpenAIClient
 from llmdiag.client.prompts import PromptFactory
 from llmdiag.client.result import RequestPlan, RequestResult
-from llmdiag.client.runners import BackgroundLoad
+from llmdiag.client.runners import BackgroundLoad, LoadShape
 
 # Short common words; most are one or two tokens in the stdlib-trained BPE.
 WORDS = (
@@ -191,24 +191,26 @@ class Load(BackgroundLoad):
         self.max_requests = max_requests
         self.stats = LoadStats()
         self.prompts: PromptFactory | None = None
+        shape = LoadShape(
+            max_seconds,
+            users=users,
+            max_requests=max_requests,
+            error_backoff_seconds=error_backoff,
+            seed=random.randrange(2**32) if seed is None else seed,
+        )
         super().__init__(
             base_url,
             self._next_request,
-            users=users,
-            duration_seconds=max_seconds,
-            max_requests=max_requests,
-            model=model,
-            timeout_seconds=request_timeout,
+            shape,
+            client=ClientOptions(model=model, timeout_seconds=request_timeout),
             on_result=self._count,
             prepare=self._calibrate,
-            error_backoff_seconds=error_backoff,
-            seed=random.randrange(2**32) if seed is None else seed,
         )
 
     async def _calibrate(self, client: OpenAIClient) -> None:
         """Pick the number of random words so the prompt is about prompt_tokens (the server's /tokenize, where
         it has one), and measure one such prompt."""
-        self.prompts = PromptFactory(client, seed=self.seed, words=WORDS)
+        self.prompts = PromptFactory(client, seed=self.shape.seed, words=WORDS)
         prompt = await self.prompts.prompt(self.prompt_tokens)
         self.stats.prompt_words = self.prompts.words_for(self.prompt_tokens)
         self.stats.prompt_tokens_measured = await client.count_tokens(prompt)

@@ -414,8 +414,9 @@ def test_a_spinning_collective_names_network_with_the_stall_as_its_symptom():
 
 
 def test_simulator_dcgm_page_carries_the_default_fields_the_gpu_rules_read():
+    from llmdiag.sim.load import ClosedLoopLoad
     from llmdiag.sim.presets import get_preset
-    from llmdiag.sim.server import ClosedLoopLoad, SimServer
+    from llmdiag.sim.server import SimServer
 
     preset = get_preset("compute")  # Llama 3 8B on one L4: busy all the time
     with SimServer(preset) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=20):
