@@ -18,8 +18,8 @@ from llmdiag.model import FleetReport
 from llmdiag.sim.load import ClosedLoopLoad
 from llmdiag.sim.presets import get_preset
 from llmdiag.sim.server import SimServer
-from tests.support import browser
 from tests.conftest import run_cli
+from tests.support import browser
 
 WINDOW = ("--duration", "3", "--timeout", "2")
 

@@ -27,8 +27,8 @@ from llmdiag.errors import UsageError
 from llmdiag.sim.load import ClosedLoopLoad
 from llmdiag.sim.presets import get_preset
 from llmdiag.sim.server import SimServer
-from tests.support import prometheus_server
 from tests.conftest import run_cli
+from tests.support import prometheus_server
 
 PRESETS = {"sim-0": "healthy", "sim-1": "healthy", "sim-2": "healthy", "sim-3": "memory"}
 UNJOINED = "sim-2"  # its DCGM page carries another pod's label
