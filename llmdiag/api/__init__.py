@@ -27,10 +27,13 @@ ENTRY_POINTS = {
     "run_prometheus_check": "check",
     "run_load": "load",
     "analyze_traces": "trace",
+    "capacity_question": "capacity",
+    "run_capacity": "capacity",
 }
 
 __all__ = [
     "analyze_traces",
+    "capacity_question",
     "diagnose",
     "diagnose_files",
     "diagnose_fleet",
@@ -40,6 +43,7 @@ __all__ = [
     "diagnose_prometheus_fleet_timeline",
     "fleet_from_prometheus",
     "fleet_from_signal_sets",
+    "run_capacity",
     "run_check",
     "run_demo",
     "run_load",
@@ -47,6 +51,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from llmdiag.api.capacity import capacity_question, run_capacity
     from llmdiag.api.check import run_check, run_prometheus_check
     from llmdiag.api.fleet import (
         diagnose_fleet,
