@@ -9,19 +9,41 @@ taken after a warm-up (the arrival burst), the TTFTs are what the clients saw on
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 from typing import Any
 
-from llmdiag.engine.capacity import plan_capacity
-from llmdiag.model.capacity import CapacityReport, Resource, SimulatedCapacity
+from llmdiag.engine.capacity import CapacityQuestion, plan_capacity
+from llmdiag.model.capacity import CapacityInputs, CapacityReport, Resource, SimulatedCapacity
 from llmdiag.model.load import quantile
-from llmdiag.physics.hardware import GpuSpec, ModelSpec, interconnect_for
-from llmdiag.physics.step import Deployment
+from llmdiag.physics.hardware import GpuSpec, ModelSpec
 
 MAX_SIMULATED_USERS = 1000  # the streams one process (simulator and clients together) sustains
 OUTPUT_SPREAD = 0.25  # vary output lengths a little so a closed loop's users do not stay in lockstep
 WARMUP_SHARE = 0.4  # the share of the run left out of the rates: the arrival burst and its first wave
 SAMPLE_SECONDS = 0.1
 MIN_SECONDS = 2.0
+
+Snapshot = dict[str, Any]  # the simulator's engine snapshot (SimServer.snapshot)
+
+
+def question_of(report: CapacityReport, gpu: GpuSpec, model: ModelSpec, interconnect: str | None) -> CapacityQuestion:
+    """The question ``report`` answers, its batch caps as resolved (vLLM's defaults written out)."""
+    i = report.inputs
+    return CapacityQuestion(
+        gpu=gpu,
+        model=model,
+        tp=i.tp,
+        users=i.users,
+        prompt_tokens=i.prompt_tokens,
+        output_tokens=i.output_tokens,
+        interconnect=interconnect,
+        gpu_memory_utilization=i.gpu_memory_utilization,
+        max_num_seqs=i.max_num_seqs,
+        max_num_batched_tokens=i.max_num_batched_tokens,
+        activation_reserve_bytes=i.activation_reserve_bytes,
+        scheduler_overhead_seconds=i.scheduler_overhead_seconds,
+        block_size_tokens=i.block_size_tokens,
+    )
 
 
 def simulate_capacity(
@@ -34,31 +56,68 @@ def simulate_capacity(
 ) -> SimulatedCapacity:
     """Run the simulator for ``report``'s case (same GPU, model, TP, memory settings and vLLM caps) for about
     ``seconds`` of wall time and return what it measured. Blocking; prints nothing."""
+    question = question_of(report, gpu, model, interconnect)
+    users = min(question.users, MAX_SIMULATED_USERS)
+    run = _run_simulator(question, users, max(MIN_SECONDS, seconds))
+    window = _measured_window(run.samples)
+    limited_by, detail = _cap_seen(window, report.inputs)
+    # the estimate for the users simulated: the report's own unless they were capped
+    analytical = report if users == question.users else plan_capacity(replace(question, users=users))
+    ttfts = sorted(run.ttft_seconds)
+    return SimulatedCapacity(
+        users=users,
+        users_capped=users < question.users,
+        output_spread=OUTPUT_SPREAD,
+        wall_seconds=run.wall_seconds,
+        warmup_seconds=window.warmup_seconds,
+        measured_seconds=window.seconds,
+        lag_seconds=run.samples[-1]["lag_seconds"],
+        requests_completed=run.requests_completed,
+        steps=window.steps,
+        mean_batch_sequences=window.mean_batch,
+        max_batch_sequences=window.max_batch,
+        mean_waiting=window.mean_waiting,
+        total_tokens_per_second=window.total_tokens_per_second,
+        per_user_tokens_per_second=window.total_tokens_per_second / window.mean_batch if window.mean_batch else 0.0,
+        mean_per_user_tokens_per_second=window.total_tokens_per_second / users,
+        gpu_busy_tokens_per_second=window.generated_tokens / window.busy_seconds if window.busy_seconds > 0 else 0.0,
+        ttft_p50_seconds=quantile(ttfts, 0.5),
+        ttft_p90_seconds=quantile(ttfts, 0.9),
+        ttft_samples=len(ttfts),
+        kv_usage_mean=window.kv_usage_mean,
+        kv_usage_max=window.kv_usage_max,
+        preemptions=window.preemptions,
+        analytical_total_tokens_per_second=analytical.at_users.total_tokens_per_second,
+        limited_by=limited_by,
+        limited_detail=detail,
+    )
+
+
+@dataclass(frozen=True)
+class SimulatorRun:
+    samples: list[Snapshot]  # the engine every SAMPLE_SECONDS, the first before the load starts
+    ttft_seconds: list[float]  # every request's, in simulated seconds
+    requests_completed: int
+    wall_seconds: float
+
+
+def _run_simulator(question: CapacityQuestion, users: int, seconds: float) -> SimulatorRun:
+    """The simulator behind its HTTP server, driven by a closed loop of ``users`` streaming clients until the
+    deadline; leaving the block cancels what is in flight (no drain to skew the rates)."""
     from llmdiag.sim.engine import EngineConfig
     from llmdiag.sim.load import ClosedLoopLoad
     from llmdiag.sim.presets import LoadSpec
     from llmdiag.sim.server import SimServer
 
-    i = report.inputs
-    seconds = max(MIN_SECONDS, seconds)
-    users = min(i.users, MAX_SIMULATED_USERS)
-    dep = Deployment(
-        gpu=gpu,
-        model=model,
-        tp=i.tp,
-        interconnect=interconnect_for(gpu, interconnect),
-        gpu_memory_utilization=i.gpu_memory_utilization,
-        activation_reserve_bytes=i.activation_reserve_bytes,
-        block_size_tokens=i.block_size_tokens,
-        scheduler_overhead_seconds=i.scheduler_overhead_seconds,
+    config = EngineConfig(
+        question.deployment(),
+        max_num_seqs=question.max_num_seqs,
+        max_num_batched_tokens=question.max_num_batched_tokens,
     )
-    config = EngineConfig(dep, max_num_seqs=i.max_num_seqs, max_num_batched_tokens=i.max_num_batched_tokens)
-    load = LoadSpec(users, i.prompt_tokens, i.output_tokens, output_spread=OUTPUT_SPREAD)
-
-    samples: list[dict[str, Any]] = []
+    load = LoadSpec(users, question.prompt_tokens, question.output_tokens, output_spread=OUTPUT_SPREAD)
+    samples: list[Snapshot] = []
     started = time.monotonic()
     with SimServer(config) as server:
-        # the run ends at the deadline: leaving the block cancels what is in flight (no drain to skew the rates)
         driver = ClosedLoopLoad(server.url, server.model, load, max_seconds=seconds + 60)
         with driver:
             samples.append(server.snapshot())
@@ -67,80 +126,73 @@ def simulate_capacity(
                 samples.append(server.snapshot())
         wall = time.monotonic() - started
     stats = driver.tally
+    ttfts = [t * server.config.time_scale for t in stats.ttft_seconds]
+    return SimulatorRun(samples=samples, ttft_seconds=ttfts, requests_completed=stats.ok, wall_seconds=wall)
 
+
+@dataclass(frozen=True)
+class MeasuredWindow:
+    """The run after its warm-up: rates from the counters' differences, the batch and queue time-averaged."""
+
+    warmup_seconds: float
+    seconds: float
+    steps: int
+    generated_tokens: float
+    busy_seconds: float
+    mean_batch: float
+    max_batch: int
+    mean_waiting: float
+    kv_usage_mean: float
+    kv_usage_max: float
+    preemptions: int  # over the whole run
+
+    @property
+    def total_tokens_per_second(self) -> float:
+        return self.generated_tokens / self.seconds
+
+
+def _measured_window(samples: list[Snapshot]) -> MeasuredWindow:
     begin, end = samples[0]["clock_seconds"], samples[-1]["clock_seconds"]
     warm_until = begin + WARMUP_SHARE * (end - begin)
     window = [s for s in samples if s["clock_seconds"] >= warm_until] or samples[-2:]
     first, last = window[0], window[-1]
-    measured = max(last["clock_seconds"] - first["clock_seconds"], 1e-9)
-    generated = last["generation_tokens"] - first["generation_tokens"]
-    busy = last["busy_seconds"] - first["busy_seconds"]
-    total = generated / measured
-    mean_batch = sum(s["running"] for s in window) / len(window)
-    mean_waiting = sum(s["waiting"] for s in window) / len(window)
-    kv_mean = sum(s["kv_usage_ratio"] for s in window) / len(window)
-    kv_max = max(s["kv_usage_ratio"] for s in window)
-    max_batch = max(s["running"] for s in window)
-    preemptions = samples[-1]["preemptions"]
 
-    limited_by: Resource | None
-    if preemptions or (kv_max >= 0.95 and mean_waiting >= 1):
-        limited_by = "kv_memory"
-        detail = f"KV use up to {kv_max:.0%}, {preemptions:,} preemptions; {mean_waiting:,.0f} users wait on average"
-    elif max_batch >= i.max_num_seqs and mean_waiting >= 1:
-        limited_by = "max_num_seqs"
-        detail = f"the batch reached max_num_seqs ({i.max_num_seqs}); {mean_waiting:,.0f} users wait on average"
-    elif mean_waiting >= 1:
-        limited_by = "max_num_batched_tokens"
-        detail = f"{mean_waiting:,.0f} users wait on average with KV and batch slots left: the step budget"
-    else:
-        limited_by = None
-        detail = f"no cap reached: every user is served (KV use up to {kv_max:.0%})"
+    def mean(key: str) -> float:
+        total: float = sum(s[key] for s in window)
+        return total / len(window)
 
-    analytical = (
-        report
-        if users == i.users
-        else plan_capacity(
-            gpu,
-            model,
-            i.tp,
-            users,
-            i.prompt_tokens,
-            i.output_tokens,
-            interconnect=interconnect,
-            gpu_memory_utilization=i.gpu_memory_utilization,
-            max_num_seqs=i.max_num_seqs,
-            max_num_batched_tokens=i.max_num_batched_tokens,
-            activation_reserve_bytes=i.activation_reserve_bytes,
-            scheduler_overhead_seconds=i.scheduler_overhead_seconds,
-            block_size_tokens=i.block_size_tokens,
-        )
-    )
-    ttfts = [t * server.config.time_scale for t in stats.ttft_seconds]
-    return SimulatedCapacity(
-        users=users,
-        users_capped=users < i.users,
-        output_spread=OUTPUT_SPREAD,
-        wall_seconds=wall,
+    return MeasuredWindow(
         warmup_seconds=warm_until - begin,
-        measured_seconds=measured,
-        lag_seconds=samples[-1]["lag_seconds"],
-        requests_completed=stats.ok,
+        seconds=max(last["clock_seconds"] - first["clock_seconds"], 1e-9),
         steps=last["steps"] - first["steps"],
-        mean_batch_sequences=mean_batch,
-        max_batch_sequences=max_batch,
-        mean_waiting=mean_waiting,
-        total_tokens_per_second=total,
-        per_user_tokens_per_second=total / mean_batch if mean_batch else 0.0,
-        mean_per_user_tokens_per_second=total / users,
-        gpu_busy_tokens_per_second=generated / busy if busy > 0 else 0.0,
-        ttft_p50_seconds=quantile(sorted(ttfts), 0.5),
-        ttft_p90_seconds=quantile(sorted(ttfts), 0.9),
-        ttft_samples=len(ttfts),
-        kv_usage_mean=kv_mean,
-        kv_usage_max=kv_max,
-        preemptions=preemptions,
-        analytical_total_tokens_per_second=analytical.at_users.total_tokens_per_second,
-        limited_by=limited_by,
-        limited_detail=detail,
+        generated_tokens=last["generation_tokens"] - first["generation_tokens"],
+        busy_seconds=last["busy_seconds"] - first["busy_seconds"],
+        mean_batch=mean("running"),
+        max_batch=max(s["running"] for s in window),
+        mean_waiting=mean("waiting"),
+        kv_usage_mean=mean("kv_usage_ratio"),
+        kv_usage_max=max(s["kv_usage_ratio"] for s in window),
+        preemptions=samples[-1]["preemptions"],
     )
+
+
+def _cap_seen(window: MeasuredWindow, inputs: CapacityInputs) -> tuple[Resource | None, str]:
+    """The cap the run hit, if any: KV memory (preemptions, or a full cache with a queue), the batch slots, or
+    else the step budget when users wait with both left."""
+    waiting, kv_max, preemptions = window.mean_waiting, window.kv_usage_max, window.preemptions
+    if preemptions or (kv_max >= 0.95 and waiting >= 1):
+        return (
+            "kv_memory",
+            f"KV use up to {kv_max:.0%}, {preemptions:,} preemptions; {waiting:,.0f} users wait on average",
+        )
+    if window.max_batch >= inputs.max_num_seqs and waiting >= 1:
+        return (
+            "max_num_seqs",
+            f"the batch reached max_num_seqs ({inputs.max_num_seqs}); {waiting:,.0f} users wait on average",
+        )
+    if waiting >= 1:
+        return (
+            "max_num_batched_tokens",
+            f"{waiting:,.0f} users wait on average with KV and batch slots left: the step budget",
+        )
+    return None, f"no cap reached: every user is served (KV use up to {kv_max:.0%})"

@@ -28,10 +28,13 @@ ENTRY_POINTS = {
     "run_load": "load",
     "analyze_traces": "trace",
     "run_nccl_bench": "nccl",
+    "capacity_question": "capacity",
+    "run_capacity": "capacity",
 }
 
 __all__ = [
     "analyze_traces",
+    "capacity_question",
     "diagnose",
     "diagnose_files",
     "diagnose_fleet",
@@ -41,6 +44,7 @@ __all__ = [
     "diagnose_prometheus_fleet_timeline",
     "fleet_from_prometheus",
     "fleet_from_signal_sets",
+    "run_capacity",
     "run_check",
     "run_demo",
     "run_load",
@@ -49,6 +53,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from llmdiag.api.capacity import capacity_question, run_capacity
     from llmdiag.api.check import run_check, run_prometheus_check
     from llmdiag.api.fleet import (
         diagnose_fleet,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from llmdiag.client.endpoint import Connection
 from llmdiag.collect import DEFAULT_DURATION_SECONDS
 from llmdiag.collect.canary import Canary
+from llmdiag.collect.exposition import Scrape
 from llmdiag.collect.http import HttpMetricsSource
 from llmdiag.collect.merge import merge_signal_sets
 from llmdiag.collect.servers.pages import PAGE_OFF_HINTS, build_server_signals, check_server
@@ -23,6 +24,7 @@ from llmdiag.errors import (
 )
 from llmdiag.model import SignalSet, SourceInfo
 from llmdiag.schema.loader import load_probe
+from llmdiag.schema.probes import ProbeSpec
 
 DEFAULT_INTERVAL_SECONDS = 1.0
 MIN_SCRAPES = 3
@@ -58,7 +60,10 @@ def open_telemetry(connection: Connection, options: TelemetryOptions) -> tuple[l
     missing: list[SourceInfo] = []
 
     def add(opened: Source | SourceInfo) -> None:
-        (sources if isinstance(opened, Source) else missing).append(opened)
+        if isinstance(opened, Source):
+            sources.append(opened)
+        else:
+            missing.append(opened)
 
     if options.dcgm_url:
         add(dcgm_source(options.dcgm_url, connection))
@@ -119,7 +124,34 @@ def collect_live(
         from llmdiag.collect.detect import detect_for_scan
 
         probe, why, first, first_at = detect_for_scan(connection, clock)
-    spec = load_probe(probe)
+    server, optional, missing = _open_sources(connection, load_probe(probe), telemetry)
+    count, interval = scrape_plan(duration_seconds)
+    window = _LiveWindow(server, optional, count, interval, clock, sleep, on_progress, connection if canary else None)
+    canary_part: SignalSet | SourceInfo | None = None
+    try:
+        window.read(first, start=clock() if first_at is None else first_at)
+    finally:
+        for source in (server, *optional):
+            source.close()
+        canary_part = window.canary.finish() if window.canary is not None else None
+    signal_set = _window_signals(connection, server, count, optional, missing)
+    if isinstance(canary_part, SignalSet):
+        merge_signal_sets(signal_set, canary_part)
+    elif canary_part is not None:
+        missing.append(canary_part)
+    signal_set.sources += missing
+    if why:
+        from llmdiag.collect.detect import note_server_choice
+
+        note_server_choice(signal_set, probe, why)
+    return signal_set
+
+
+def _open_sources(
+    connection: Connection, spec: ProbeSpec, telemetry: TelemetryOptions
+) -> tuple[Source, list[Source], list[SourceInfo]]:
+    """The server's own page (required, its first read checked to be this server's), the optional sources beside
+    it, and a coverage line for each telemetry source that could not be opened."""
     page = HttpMetricsSource(connection, spec.metrics_path)
     read = page.scrape
     if spec.prometheus_path:  # TensorRT-LLM: JSON iteration stats at metrics_path, Prometheus beside it
@@ -132,50 +164,67 @@ def collect_live(
     optional, missing = open_telemetry(connection, telemetry)
     if spec.prometheus_path and not connection.metrics_url:
         optional.insert(0, prometheus_companion(spec, connection))
-    count, interval = scrape_plan(duration_seconds)
-    probe_requests: Canary | None = None
-    try:
-        start = clock() if first_at is None else first_at
-        end = start + (count - 1) * interval
-        due = {id(s): start for s in optional}
+    return server, optional, missing
+
+
+@dataclass
+class _LiveWindow:
+    """One window's reads: the server's page ``count`` times, ``interval`` apart; each telemetry source on its own
+    interval in between; the canary (when given a connection) started once a server read is in."""
+
+    server: Source
+    optional: list[Source]
+    count: int
+    interval: float
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
+    on_progress: ProgressCallback | None
+    canary_connection: Connection | None
+    canary: Canary | None = None
+
+    def read(self, first: Scrape | None, start: float) -> None:
+        """Every read of the window from ``start``; ``first``, detection's read of the page, is its first scrape."""
+        end = start + (self.count - 1) * self.interval
+        due = {id(s): start for s in self.optional}
         server_reads = 0
-        if first is not None:  # detection's read of the page is the window's first scrape
-            server.scrapes.append(first)
+        if first is not None:
+            self.server.scrapes.append(first)
             server_reads = 1
-            if canary:
-                probe_requests = Canary(connection, max(end - clock(), interval))
-                probe_requests.start()
-            if on_progress:
-                on_progress(1, count)
-        while server_reads < count:
-            server_due = start + server_reads * interval
-            active = [s for s in optional if s.dropped is None and due[id(s)] <= min(server_due, end)]
+            self._server_read(1, end)
+        while server_reads < self.count:
+            server_due = start + server_reads * self.interval
+            active = [s for s in self.optional if s.dropped is None and due[id(s)] <= min(server_due, end)]
             # telemetry due before (or with) the server's next scrape goes first
-            source = min(active, key=lambda s: due[id(s)]) if active else server
-            at = due[id(source)] if source is not server else server_due
-            wait = at - clock()
+            source = min(active, key=lambda s: due[id(s)]) if active else self.server
+            wait = (due[id(source)] if source is not self.server else server_due) - self.clock()
             if wait > 0:
-                sleep(wait)
-            if source is server:
+                self.sleep(wait)
+            if source is self.server:
                 server_reads += 1
-                _read(server, server_reads, count)
-                if canary and probe_requests is None:
-                    probe_requests = Canary(connection, max(end - clock(), interval))
-                    probe_requests.start()
-                if on_progress:
-                    on_progress(server_reads, count)
+                _read(self.server, server_reads, self.count)
+                self._server_read(server_reads, end)
             else:
                 _read(source, len(source.scrapes) + 1, 0)
                 # never fall behind by more than one interval: a slow read skips samples, it does not pile them up
-                due[id(source)] = max(due[id(source)] + source.interval_seconds, clock())
-    finally:
-        for source in (server, *optional):
-            source.close()
-        canary_part = probe_requests.finish() if probe_requests is not None else None
+                due[id(source)] = max(due[id(source)] + source.interval_seconds, self.clock())
+
+    def _server_read(self, reads: int, end: float) -> None:
+        if self.canary_connection is not None and self.canary is None:
+            self.canary = Canary(self.canary_connection, max(end - self.clock(), self.interval))
+            self.canary.start()
+        if self.on_progress:
+            self.on_progress(reads, self.count)
+
+
+def _window_signals(
+    connection: Connection, server: Source, count: int, optional: list[Source], missing: list[SourceInfo]
+) -> SignalSet:
+    """The server's signals with each telemetry source's merged in; a source read too rarely joins ``missing``."""
+    spec = server.spec
     if len(server.scrapes) < 2:
         raise EmptyWindowError(
-            f"only {len(server.scrapes)} of {count} scrapes of {server.display_url} succeeded: no window to measure"
-            + (f" ({server.failures[-1]})" if server.failures else "")
+            f"only {len(server.scrapes)} of {count} scrapes of {server.display_url} succeeded: no "
+            "window to measure" + (f" ({server.failures[-1]})" if server.failures else "")
         )
     signal_set = build_server_signals(spec, server.scrapes, server.display_url)
     signal_set.anomalies += server.failures
@@ -194,13 +243,4 @@ def collect_live(
         part.sources[-1].config.update(source.details)
         merge_signal_sets(signal_set, part)
         signal_set.anomalies += source.failures
-    if isinstance(canary_part, SignalSet):
-        merge_signal_sets(signal_set, canary_part)
-    elif canary_part is not None:
-        missing.append(canary_part)
-    signal_set.sources += missing
-    if why:
-        from llmdiag.collect.detect import note_server_choice
-
-        note_server_choice(signal_set, probe, why)
     return signal_set

@@ -32,7 +32,8 @@ share each step and the total grows almost B-fold until compute, KV memory or a 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 from llmdiag.errors import UsageError
 from llmdiag.model import Roofline, Signal, SignalSet
@@ -47,17 +48,10 @@ from llmdiag.model.capacity import (
     Resource,
     ResourceUse,
     SeedArithmetic,
+    StepTime,
     TtftBurst,
 )
-from llmdiag.physics.hardware import (
-    GIB,
-    GpuSpec,
-    ModelSpec,
-    find_gpu,
-    find_model,
-    interconnect_for,
-    min_tensor_parallel,
-)
+from llmdiag.physics.hardware import GIB, GpuSpec, ModelSpec, interconnect_for, min_tensor_parallel
 from llmdiag.physics.step import (
     DEFAULT_ACTIVATION_RESERVE_BYTES,
     DEFAULT_BLOCK_SIZE_TOKENS,
@@ -90,6 +84,218 @@ def sustained_load(batch_sequences: float, prompt_tokens: int, output_tokens: in
     return decode_load(batch_sequences, decode_context) + prefill_load(prompt_tokens, batch_sequences / output_tokens)
 
 
+RESOURCE_WORDS: dict[Resource, str] = {
+    "kv_memory": "KV-cache memory",
+    "max_num_seqs": "the max_num_seqs batch cap",
+    "max_num_batched_tokens": "the max_num_batched_tokens step budget",
+    "compute": "compute",
+    "hbm_bandwidth": "HBM bandwidth",
+    "interconnect": "the interconnect (tensor-parallel all-reduce)",
+    "scheduler": "the scheduler's per-step CPU time",
+}
+
+
+@dataclass(frozen=True)
+class CapacityQuestion:
+    """One capacity question: ``users`` concurrent users of ``model`` on ``tp`` × ``gpu``, each sending P prompt
+    tokens and reading O output tokens, under these server settings. Checked on construction (``UsageError``).
+
+    ``max_num_seqs`` / ``max_num_batched_tokens``: None takes vLLM's own defaults for that GPU.
+    """
+
+    gpu: GpuSpec
+    model: ModelSpec
+    tp: int = 1
+    users: int = 1
+    prompt_tokens: int = 500
+    output_tokens: int = 200
+    interconnect: str | None = None  # None: NVLink where the GPU has it, else its PCIe
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    activation_reserve_bytes: int = DEFAULT_ACTIVATION_RESERVE_BYTES
+    scheduler_overhead_seconds: float = DEFAULT_SCHEDULER_OVERHEAD_SECONDS
+    block_size_tokens: int = DEFAULT_BLOCK_SIZE_TOKENS
+
+    def __post_init__(self) -> None:
+        for flag, value in (
+            ("--users", self.users),
+            ("--prompt-tokens", self.prompt_tokens),
+            ("--output-tokens", self.output_tokens),
+        ):
+            if value < 1:
+                raise UsageError(f"{flag} must be at least 1, got {value}")
+        for flag, cap in (
+            ("--max-num-seqs", self.max_num_seqs),
+            ("--max-num-batched-tokens", self.max_num_batched_tokens),
+        ):
+            if cap is not None and cap < 1:
+                raise UsageError(f"{flag} must be at least 1, got {cap}")
+
+    @property
+    def context_tokens(self) -> int:
+        """P + O: a sequence's final length, which the batch is sized at."""
+        return self.prompt_tokens + self.output_tokens
+
+    @property
+    def decode_context_tokens(self) -> float:
+        """P + O/2: the mean context over a request's decode."""
+        return self.prompt_tokens + self.output_tokens / 2
+
+    def deployment(self) -> Deployment:
+        """The deployment the question is about (raises ``UsageError`` for a TP size or link it cannot have)."""
+        return Deployment(
+            gpu=self.gpu,
+            model=self.model,
+            tp=self.tp,
+            interconnect=interconnect_for(self.gpu, self.interconnect),
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            activation_reserve_bytes=self.activation_reserve_bytes,
+            block_size_tokens=self.block_size_tokens,
+            scheduler_overhead_seconds=self.scheduler_overhead_seconds,
+        )
+
+
+def plan_capacity(
+    question: CapacityQuestion | GpuSpec, model: ModelSpec | None = None, **settings: Any
+) -> CapacityReport:
+    """The capacity of the question's deployment for its users (formulas: module docstring).
+
+    Raises ``UsageError`` for impossible sizes or a model that does not fit.
+    """
+    if not isinstance(question, CapacityQuestion):
+        # transitional: the CLI's capacity command still calls plan_capacity(gpu, model, **settings); once it calls
+        # llmdiag.api.capacity.plan this branch and the two parameters after ``question`` go
+        assert model is not None
+        question = CapacityQuestion(question, model, **settings)
+    dep = question.deployment()
+    memory = _memory(question, dep)
+    caps = _batch_caps(question, memory)
+    points = _operating_points(question, dep, memory, caps)
+    at_users = points.at_users
+    seed = _seed_arithmetic(question.users, points.single_stream, at_users)
+    return CapacityReport(
+        summary=_summary(question, caps, at_users),
+        inputs=_inputs_echo(question, dep, caps),
+        hardware=_hardware_facts(dep),
+        model=_model_facts(question.model),
+        memory=memory,
+        served_sequences=caps.served,
+        waiting_users=caps.waiting,
+        limited_by=caps.binding if caps.waiting else at_users.step.bound_by,
+        step_bound_by=at_users.step.bound_by,
+        single_stream=points.single_stream,
+        kv_max_decode_only=points.kv_max_decode_only,
+        kv_max_sustained=points.kv_max_sustained,
+        at_users=at_users,
+        resources=_batch_cap_use(question, memory, caps) + _step_term_use(question, at_users.step),
+        ttft=_ttft_burst(question, dep, caps),
+        seed=seed,
+        notes=_notes(question, caps, seed),
+    )
+
+
+def _where(question: CapacityQuestion) -> str:
+    return f"{question.tp} × {question.gpu.name}" if question.tp > 1 else f"one {question.gpu.name}"
+
+
+def _memory(question: CapacityQuestion, dep: Deployment) -> MemoryReport:
+    """Per GPU: what the weights leave for KV, and how many whole sequences of the final length it holds."""
+    cap = kv_capacity(dep)
+    model, context = question.model, question.context_tokens
+    if cap.kv_cache_bytes_per_gpu <= 0:
+        need = min_tensor_parallel(
+            model, question.gpu, question.gpu_memory_utilization, question.activation_reserve_bytes
+        )
+        raise UsageError(
+            f"{model.name} does not fit on {_where(question)}: {cap.weight_bytes_per_gpu / GIB:.1f} GiB of weights "
+            f"per GPU, {(cap.usable_bytes_per_gpu - cap.activation_reserve_bytes) / GIB:.1f} GiB usable",
+            f"use --tp {need} or more" if need else "use a bigger GPU",
+        )
+    per_sequence = blocks_per_sequence(dep, context)
+    kv_max = cap.blocks // per_sequence
+    if kv_max == 0:
+        raise UsageError(
+            f"one sequence of {context:,} tokens needs {per_sequence:,} KV blocks; {_where(question)} holds "
+            f"{cap.blocks:,}",
+            "shorten --prompt-tokens / --output-tokens, raise --tp, or pick a GPU with more memory",
+        )
+    return MemoryReport(
+        usable_bytes_per_gpu=cap.usable_bytes_per_gpu,
+        weight_bytes_per_gpu=cap.weight_bytes_per_gpu,
+        activation_reserve_bytes=cap.activation_reserve_bytes,
+        kv_cache_bytes_per_gpu=cap.kv_cache_bytes_per_gpu,
+        kv_bytes_per_token_per_gpu=cap.kv_bytes_per_token_per_gpu,
+        kv_blocks=cap.blocks,
+        kv_capacity_tokens=cap.tokens,
+        context_tokens=context,
+        blocks_per_sequence=per_sequence,
+        kv_max_batch_sequences=kv_max,
+    )
+
+
+@dataclass(frozen=True)
+class BatchCaps:
+    """The three caps on the batch and what they leave: the smallest (``binding``) decides who is served."""
+
+    given: bool  # the vLLM caps came with the question, not from vLLM's defaults for the GPU
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    sequences_by_cap: dict[Resource, int]
+    binding: Resource
+    served: int
+    waiting: int
+
+    @property
+    def served_cap(self) -> int:
+        return self.sequences_by_cap[self.binding]
+
+
+def _batch_caps(question: CapacityQuestion, memory: MemoryReport) -> BatchCaps:
+    """KV memory, max_num_seqs, and the step budget ⌊max_num_batched_tokens · O / (P + O)⌋ (module docstring)."""
+    gpu, o = question.gpu, question.output_tokens
+    seq_cap = question.max_num_seqs or gpu.vllm_max_num_seqs
+    budget = question.max_num_batched_tokens or gpu.vllm_max_num_batched_tokens
+    caps: dict[Resource, int] = {
+        "kv_memory": memory.kv_max_batch_sequences,
+        "max_num_seqs": seq_cap,
+        "max_num_batched_tokens": max(1, budget * o // question.context_tokens),
+    }
+    binding = min(BATCH_CAPS, key=lambda name: caps[name])  # ties go to KV memory: listed first
+    served = min(question.users, caps[binding])
+    return BatchCaps(
+        given=question.max_num_seqs is not None or question.max_num_batched_tokens is not None,
+        max_num_seqs=seq_cap,
+        max_num_batched_tokens=budget,
+        sequences_by_cap=caps,
+        binding=binding,
+        served=served,
+        waiting=question.users - served,
+    )
+
+
+@dataclass(frozen=True)
+class OperatingPoints:
+    single_stream: OperatingPoint
+    kv_max_decode_only: OperatingPoint
+    kv_max_sustained: OperatingPoint
+    at_users: OperatingPoint
+
+
+def _operating_points(
+    question: CapacityQuestion, dep: Deployment, memory: MemoryReport, caps: BatchCaps
+) -> OperatingPoints:
+    """One stream; the KV-max batch decoding alone and with prompts arriving; the served users' sustained step."""
+    p, o, context = question.prompt_tokens, question.output_tokens, question.decode_context_tokens
+    kv_max, served = memory.kv_max_batch_sequences, caps.served
+    return OperatingPoints(
+        single_stream=_point("single stream", dep, 1, decode_load(1, context), context),
+        kv_max_decode_only=_point("KV-max batch, decode only", dep, kv_max, decode_load(kv_max, context), context),
+        kv_max_sustained=_point("KV-max batch, prompts arriving", dep, kv_max, sustained_load(kv_max, p, o), context),
+        at_users=_point(f"{question.users} users", dep, served, sustained_load(served, p, o), context),
+    )
+
+
 def _point(label: str, dep: Deployment, batch: int, load: StepLoad, context: float) -> OperatingPoint:
     step = step_time(dep, load)
     return OperatingPoint(
@@ -103,6 +309,60 @@ def _point(label: str, dep: Deployment, batch: int, load: StepLoad, context: flo
     )
 
 
+def _batch_cap_use(question: CapacityQuestion, memory: MemoryReport, caps: BatchCaps) -> list[ResourceUse]:
+    """What all the users would take of each batch cap, served or not."""
+    users, per_sequence = question.users, memory.blocks_per_sequence
+    per_step = users * (1 + question.prompt_tokens / question.output_tokens)
+    return [
+        ResourceUse(
+            resource="kv_memory",
+            used=users * per_sequence * question.block_size_tokens,
+            available=memory.kv_capacity_tokens,
+            unit="tokens",
+            ratio=users * per_sequence / memory.kv_blocks,
+            detail=f"{users:,} × {per_sequence} blocks",
+        ),
+        ResourceUse(
+            resource="max_num_seqs",
+            used=users,
+            available=caps.max_num_seqs,
+            unit="sequences",
+            ratio=users / caps.max_num_seqs,
+            detail="batch slots",
+        ),
+        ResourceUse(
+            resource="max_num_batched_tokens",
+            used=per_step,
+            available=caps.max_num_batched_tokens,
+            unit="tokens/step",
+            ratio=per_step / caps.max_num_batched_tokens,
+            detail="decode + prompt tokens",
+        ),
+    ]
+
+
+def _step_term_use(question: CapacityQuestion, step: StepTime) -> list[ResourceUse]:
+    """Each term's share of the served users' step."""
+    allreduces = f"{2 * question.model.layers} all-reduces" if question.tp > 1 else "TP 1: none"
+    terms: tuple[tuple[Resource, float, str], ...] = (
+        ("compute", step.compute_seconds, f"{step.flops / 1e12:.1f} TFLOP"),
+        ("hbm_bandwidth", step.memory_seconds, f"{step.hbm_bytes_per_gpu / 1e9:.1f} GB per GPU"),
+        ("interconnect", step.allreduce_seconds, allreduces),
+        ("scheduler", step.scheduler_seconds, "fixed per step"),
+    )
+    return [
+        ResourceUse(
+            resource=resource,
+            used=seconds,
+            available=step.step_seconds,
+            unit="seconds per step",
+            ratio=seconds / step.step_seconds,
+            detail=what,
+        )
+        for resource, seconds, what in terms
+    ]
+
+
 def _alone_ttft_seconds(dep: Deployment, prompt_tokens: int, chunk_tokens: int) -> float:
     """One prompt on an idle server: its chunks one step each, each attending to the chunks before it."""
     total, done = 0.0, 0
@@ -113,10 +373,10 @@ def _alone_ttft_seconds(dep: Deployment, prompt_tokens: int, chunk_tokens: int) 
     return total
 
 
-def _ttft_burst(
-    dep: Deployment, users: int, wave_cap: int, prompt_tokens: int, output_tokens: int, chunk_tokens: int
-) -> TtftBurst:
-    p, o = prompt_tokens, output_tokens
+def _ttft_burst(question: CapacityQuestion, dep: Deployment, caps: BatchCaps) -> TtftBurst:
+    """Every user's request at once: waves of up to the served cap, prefilled at the step budget's rate."""
+    users, p, o = question.users, question.prompt_tokens, question.output_tokens
+    chunk_tokens, wave_cap = caps.max_num_batched_tokens, caps.served_cap
     chunk_step = step_time(dep, prefill_load(p, chunk_tokens / p))
     rate = chunk_tokens / chunk_step.step_seconds
     alone = _alone_ttft_seconds(dep, p, chunk_tokens)
@@ -143,140 +403,9 @@ def _ttft_burst(
     )
 
 
-RESOURCE_WORDS: dict[Resource, str] = {
-    "kv_memory": "KV-cache memory",
-    "max_num_seqs": "the max_num_seqs batch cap",
-    "max_num_batched_tokens": "the max_num_batched_tokens step budget",
-    "compute": "compute",
-    "hbm_bandwidth": "HBM bandwidth",
-    "interconnect": "the interconnect (tensor-parallel all-reduce)",
-    "scheduler": "the scheduler's per-step CPU time",
-}
-
-
-def plan_capacity(
-    gpu: GpuSpec | str,
-    model: ModelSpec | str,
-    tp: int = 1,
-    users: int = 1,
-    prompt_tokens: int = 500,
-    output_tokens: int = 200,
-    *,
-    interconnect: str | None = None,
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
-    max_num_seqs: int | None = None,
-    max_num_batched_tokens: int | None = None,
-    activation_reserve_bytes: int = DEFAULT_ACTIVATION_RESERVE_BYTES,
-    scheduler_overhead_seconds: float = DEFAULT_SCHEDULER_OVERHEAD_SECONDS,
-    block_size_tokens: int = DEFAULT_BLOCK_SIZE_TOKENS,
-) -> CapacityReport:
-    """The capacity of ``model`` on ``tp`` × ``gpu`` for ``users`` concurrent users (formulas: module docstring).
-
-    ``max_num_seqs`` / ``max_num_batched_tokens`` default to vLLM's own defaults for that GPU.
-    Raises ``UsageError`` for unknown names, impossible sizes, or a model that does not fit.
-    """
-    gpu_spec = find_gpu(gpu) if isinstance(gpu, str) else gpu
-    model_spec = find_model(model) if isinstance(model, str) else model
-    for flag, value in (("--users", users), ("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)):
-        if value < 1:
-            raise UsageError(f"{flag} must be at least 1, got {value}")
-    for flag, cap in (("--max-num-seqs", max_num_seqs), ("--max-num-batched-tokens", max_num_batched_tokens)):
-        if cap is not None and cap < 1:
-            raise UsageError(f"{flag} must be at least 1, got {cap}")
-    dep = Deployment(
-        gpu=gpu_spec,
-        model=model_spec,
-        tp=tp,
-        interconnect=interconnect_for(gpu_spec, interconnect),
-        gpu_memory_utilization=gpu_memory_utilization,
-        activation_reserve_bytes=activation_reserve_bytes,
-        block_size_tokens=block_size_tokens,
-        scheduler_overhead_seconds=scheduler_overhead_seconds,
-    )
-    p, o = prompt_tokens, output_tokens
-    context = p + o
-    cap = kv_capacity(dep)
-    where = f"{tp} × {gpu_spec.name}" if tp > 1 else f"one {gpu_spec.name}"
-    if cap.kv_cache_bytes_per_gpu <= 0:
-        need = min_tensor_parallel(model_spec, gpu_spec, gpu_memory_utilization, activation_reserve_bytes)
-        raise UsageError(
-            f"{model_spec.name} does not fit on {where}: {cap.weight_bytes_per_gpu / GIB:.1f} GiB of weights per GPU, "
-            f"{(cap.usable_bytes_per_gpu - cap.activation_reserve_bytes) / GIB:.1f} GiB usable",
-            f"use --tp {need} or more" if need else "use a bigger GPU",
-        )
-    per_sequence = blocks_per_sequence(dep, context)
-    kv_max = cap.blocks // per_sequence
-    if kv_max == 0:
-        raise UsageError(
-            f"one sequence of {context:,} tokens needs {per_sequence:,} KV blocks; {where} holds {cap.blocks:,}",
-            "shorten --prompt-tokens / --output-tokens, raise --tp, or pick a GPU with more memory",
-        )
-
-    given = max_num_seqs is not None or max_num_batched_tokens is not None
-    seq_cap = max_num_seqs or gpu_spec.vllm_max_num_seqs
-    budget = max_num_batched_tokens or gpu_spec.vllm_max_num_batched_tokens
-    budget_batch = max(1, budget * o // (p + o))
-    caps: dict[Resource, int] = {"kv_memory": kv_max, "max_num_seqs": seq_cap, "max_num_batched_tokens": budget_batch}
-    batch_cap_name = min(BATCH_CAPS, key=lambda name: caps[name])  # ties go to KV memory: listed first
-    served_cap = caps[batch_cap_name]
-    served = min(users, served_cap)
-    waiting = users - served
-
-    decode_context = p + o / 2
-    single = _point("single stream", dep, 1, decode_load(1, decode_context), decode_context)
-    kv_decode = _point("KV-max batch, decode only", dep, kv_max, decode_load(kv_max, decode_context), decode_context)
-    kv_sustained = _point("KV-max batch, prompts arriving", dep, kv_max, sustained_load(kv_max, p, o), decode_context)
-    at_users = _point(f"{users} users", dep, served, sustained_load(served, p, o), decode_context)
-    step = at_users.step
-    limited_by: Resource = batch_cap_name if waiting else step.bound_by
-
-    per_step = users * (1 + p / o)
-    resources = [
-        ResourceUse(
-            resource="kv_memory",
-            used=users * per_sequence * block_size_tokens,
-            available=cap.tokens,
-            unit="tokens",
-            ratio=users * per_sequence / cap.blocks,
-            detail=f"{users:,} × {per_sequence} blocks",
-        ),
-        ResourceUse(
-            resource="max_num_seqs",
-            used=users,
-            available=seq_cap,
-            unit="sequences",
-            ratio=users / seq_cap,
-            detail="batch slots",
-        ),
-        ResourceUse(
-            resource="max_num_batched_tokens",
-            used=per_step,
-            available=budget,
-            unit="tokens/step",
-            ratio=per_step / budget,
-            detail="decode + prompt tokens",
-        ),
-    ]
-    for resource, seconds, what in (
-        ("compute", step.compute_seconds, f"{step.flops / 1e12:.1f} TFLOP"),
-        ("hbm_bandwidth", step.memory_seconds, f"{step.hbm_bytes_per_gpu / 1e9:.1f} GB per GPU"),
-        ("interconnect", step.allreduce_seconds, f"{2 * model_spec.layers} all-reduces" if tp > 1 else "TP 1: none"),
-        ("scheduler", step.scheduler_seconds, "fixed per step"),
-    ):
-        share = seconds / step.step_seconds
-        resources.append(
-            ResourceUse(
-                resource=resource,
-                used=seconds,
-                available=step.step_seconds,
-                unit="seconds per step",
-                ratio=share,
-                detail=what,
-            )
-        )
-
-    ttft = _ttft_burst(dep, users, served_cap, p, o, budget)
-    seed = SeedArithmetic(
+def _seed_arithmetic(users: int, single: OperatingPoint, at_users: OperatingPoint) -> SeedArithmetic:
+    """The single stream divided among the users, against what batching gives (module docstring)."""
+    return SeedArithmetic(
         users=users,
         single_stream_tokens_per_second=single.total_tokens_per_second,
         naive_per_user_tokens_per_second=single.total_tokens_per_second / users,
@@ -286,106 +415,91 @@ def plan_capacity(
         batching_gain=at_users.total_tokens_per_second / single.total_tokens_per_second,
     )
 
-    bound_words = RESOURCE_WORDS[step.bound_by]
-    if waiting:
-        summary = (
-            f"{RESOURCE_WORDS[batch_cap_name]} caps first: {served:,} of {users:,} users fit at {context:,} tokens "
-            "each; "
-            f"{waiting:,} wait for a slot. Each served user reads {at_users.per_user_tokens_per_second:.1f} tokens/s, "
-            f"{at_users.total_tokens_per_second:,.0f} tokens/s in total; the steps are limited by {bound_words}."
-        )
-    else:
-        summary = (
-            f"All {users:,} users fit ({RESOURCE_WORDS[batch_cap_name]} allows {served_cap:,}); {bound_words} limits "
-            f"each step. Each user reads {at_users.per_user_tokens_per_second:.1f} tokens/s, "
-            f"{at_users.total_tokens_per_second:,.0f} tokens/s in total."
-        )
 
+def _summary(question: CapacityQuestion, caps: BatchCaps, at_users: OperatingPoint) -> str:
+    users, bound_words = question.users, RESOURCE_WORDS[at_users.step.bound_by]
+    per_user, total = at_users.per_user_tokens_per_second, at_users.total_tokens_per_second
+    if caps.waiting:
+        return (
+            f"{RESOURCE_WORDS[caps.binding]} caps first: {caps.served:,} of {users:,} users fit at "
+            f"{question.context_tokens:,} tokens each; {caps.waiting:,} wait for a slot. Each served user reads "
+            f"{per_user:.1f} tokens/s, {total:,.0f} tokens/s in total; the steps are limited by {bound_words}."
+        )
+    return (
+        f"All {users:,} users fit ({RESOURCE_WORDS[caps.binding]} allows {caps.served_cap:,}); {bound_words} limits "
+        f"each step. Each user reads {per_user:.1f} tokens/s, {total:,.0f} tokens/s in total."
+    )
+
+
+def _notes(question: CapacityQuestion, caps: BatchCaps, seed: SeedArithmetic) -> list[str]:
+    context, model = question.context_tokens, question.model
     notes = [
         "A roofline: peak FLOP/s and HBM bandwidth. Real kernels reach ~50-80% of them, so read tokens/s as a "
         "ceiling and times as a floor.",
         f"The batch is sized at each sequence's final length ({context} tokens), so nothing is preempted; vLLM "
         "admits by current use and may run more, preempting (recomputing) when the cache fills.",
     ]
-    if not given:
+    if not caps.given:
         notes.append(
-            f"Batch caps are vLLM's defaults on {gpu_spec.name}: --max-num-seqs {seq_cap}, "
-            f"--max-num-batched-tokens {budget}; pass yours with the same flags."
+            f"Batch caps are vLLM's defaults on {question.gpu.name}: --max-num-seqs {caps.max_num_seqs}, "
+            f"--max-num-batched-tokens {caps.max_num_batched_tokens}; pass yours with the same flags."
         )
-    if waiting:
+    if caps.waiting:
         notes.append(
-            f"Waiting users read nothing until a slot frees: averaged over time each of the {users:,} users gets "
-            f"{seed.batched_mean_per_user_tokens_per_second:.1f} tokens/s."
+            f"Waiting users read nothing until a slot frees: averaged over time each of the {question.users:,} users "
+            f"gets {seed.batched_mean_per_user_tokens_per_second:.1f} tokens/s."
         )
-    if model_spec.max_context_tokens and context > model_spec.max_context_tokens:
-        notes.append(
-            f"{context} tokens exceed {model_spec.name}'s {model_spec.max_context_tokens}-token context window."
-        )
-    return CapacityReport(
-        summary=summary,
-        inputs=CapacityInputs(
-            gpu=gpu_spec.name,
-            gpu_part=gpu_spec.part,
-            model=model_spec.name,
-            model_source=model_spec.source,
-            tp=tp,
-            interconnect=dep.link.description,
-            users=users,
-            prompt_tokens=p,
-            output_tokens=o,
-            gpu_memory_utilization=gpu_memory_utilization,
-            block_size_tokens=block_size_tokens,
-            activation_reserve_bytes=activation_reserve_bytes,
-            scheduler_overhead_seconds=scheduler_overhead_seconds,
-            max_num_seqs=seq_cap,
-            max_num_batched_tokens=budget,
-            batch_caps_source="given" if given else f"vLLM default for {gpu_spec.name}",
-        ),
-        hardware=HardwareFacts(
-            memory_bytes=gpu_spec.memory_bytes,
-            hbm_bandwidth_bytes_per_second=gpu_spec.hbm_bandwidth_bytes_per_second,
-            peak_bf16_flops_per_second=gpu_spec.peak_bf16_flops_per_second,
-            interconnect_bandwidth_bytes_per_second=dep.link.bandwidth_bytes_per_second,
-            allreduce_latency_seconds=dep.link.allreduce_latency_seconds,
-        ),
-        model=ModelFacts(
-            total_params=model_spec.total_params,
-            active_params=model_spec.active_params,
-            weight_bytes=weight_bytes(model_spec),
-            kv_bytes_per_token=kv_bytes_per_token(model_spec),
-            layers=model_spec.layers,
-            hidden_size=model_spec.hidden_size,
-            attention_heads=model_spec.attention_heads,
-            kv_heads=model_spec.kv_heads,
-            head_dim=model_spec.head_dim,
-            experts=model_spec.experts,
-            active_experts=model_spec.active_experts,
-            max_context_tokens=model_spec.max_context_tokens,
-        ),
-        memory=MemoryReport(
-            usable_bytes_per_gpu=cap.usable_bytes_per_gpu,
-            weight_bytes_per_gpu=cap.weight_bytes_per_gpu,
-            activation_reserve_bytes=cap.activation_reserve_bytes,
-            kv_cache_bytes_per_gpu=cap.kv_cache_bytes_per_gpu,
-            kv_bytes_per_token_per_gpu=cap.kv_bytes_per_token_per_gpu,
-            kv_blocks=cap.blocks,
-            kv_capacity_tokens=cap.tokens,
-            context_tokens=context,
-            blocks_per_sequence=per_sequence,
-            kv_max_batch_sequences=kv_max,
-        ),
-        served_sequences=served,
-        waiting_users=waiting,
-        limited_by=limited_by,
-        step_bound_by=step.bound_by,
-        single_stream=single,
-        kv_max_decode_only=kv_decode,
-        kv_max_sustained=kv_sustained,
-        at_users=at_users,
-        resources=resources,
-        ttft=ttft,
-        seed=seed,
-        notes=notes,
+    if model.max_context_tokens and context > model.max_context_tokens:
+        notes.append(f"{context} tokens exceed {model.name}'s {model.max_context_tokens}-token context window.")
+    return notes
+
+
+def _inputs_echo(question: CapacityQuestion, dep: Deployment, caps: BatchCaps) -> CapacityInputs:
+    """The question as answered: names, and the batch caps as resolved."""
+    return CapacityInputs(
+        gpu=question.gpu.name,
+        gpu_part=question.gpu.part,
+        model=question.model.name,
+        model_source=question.model.source,
+        tp=question.tp,
+        interconnect=dep.link.description,
+        users=question.users,
+        prompt_tokens=question.prompt_tokens,
+        output_tokens=question.output_tokens,
+        gpu_memory_utilization=question.gpu_memory_utilization,
+        block_size_tokens=question.block_size_tokens,
+        activation_reserve_bytes=question.activation_reserve_bytes,
+        scheduler_overhead_seconds=question.scheduler_overhead_seconds,
+        max_num_seqs=caps.max_num_seqs,
+        max_num_batched_tokens=caps.max_num_batched_tokens,
+        batch_caps_source="given" if caps.given else f"vLLM default for {question.gpu.name}",
+    )
+
+
+def _hardware_facts(dep: Deployment) -> HardwareFacts:
+    return HardwareFacts(
+        memory_bytes=dep.gpu.memory_bytes,
+        hbm_bandwidth_bytes_per_second=dep.gpu.hbm_bandwidth_bytes_per_second,
+        peak_bf16_flops_per_second=dep.gpu.peak_bf16_flops_per_second,
+        interconnect_bandwidth_bytes_per_second=dep.link.bandwidth_bytes_per_second,
+        allreduce_latency_seconds=dep.link.allreduce_latency_seconds,
+    )
+
+
+def _model_facts(model: ModelSpec) -> ModelFacts:
+    return ModelFacts(
+        total_params=model.total_params,
+        active_params=model.active_params,
+        weight_bytes=weight_bytes(model),
+        kv_bytes_per_token=kv_bytes_per_token(model),
+        layers=model.layers,
+        hidden_size=model.hidden_size,
+        attention_heads=model.attention_heads,
+        kv_heads=model.kv_heads,
+        head_dim=model.head_dim,
+        experts=model.experts,
+        active_experts=model.active_experts,
+        max_context_tokens=model.max_context_tokens,
     )
 
 

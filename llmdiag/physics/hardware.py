@@ -1,24 +1,15 @@
-"""What the physics needs to know about a GPU, the link between GPUs, and a model: small typed tables.
+"""What the physics needs to know about a GPU, the link between GPUs, and a model: small typed specs.
 
-GPUs (one chip; peaks are dense, i.e. without 2:4 sparsity, which LLM serving does not use):
+The figures are data, each with its source: probes/tables/gpus.toml, interconnects.toml and models.toml (the file
+format is ``llmdiag.schema.tables``). This module turns them into the specs the formulas read, once, on import.
 
-    name  part                memory (as nvidia-smi reports it)   HBM bandwidth   peak bf16 dense   NVLink/direction
-    H100  H100 SXM5 80GB HBM3  81559 MiB                           3.35 TB/s       989.4 TFLOP/s     450 GB/s
-    H200  H200 SXM 141GB HBM3e 143771 MiB                          4.8 TB/s        989.4 TFLOP/s     450 GB/s
-    A100  A100 SXM4 80GB       81920 MiB                           2.039 TB/s      312 TFLOP/s       300 GB/s
-    L4    L4 24GB GDDR6        23034 MiB                           300 GB/s        121 TFLOP/s       none (PCIe 4)
+GPUs: peaks are dense bf16 (without 2:4 sparsity, which LLM serving does not use); memory is what ``nvidia-smi``
+reports, because vLLM sizes its KV cache from what the device reports; NVLink is per direction. An interconnect's
+bandwidth is per GPU and per direction as a transfer achieves it, and its all-reduce latency the fixed cost of one.
 
-Sources: NVIDIA's H100, H200, A100 and L4 datasheets (bandwidth; bf16 Tensor Core peak, halving the "with
-sparsity" figure: H100 1979 → 989.4 per the Hopper whitepaper, L4 242 → 121). Memory totals are the ones
-``nvidia-smi`` prints (collected in modal-labs/modal-client PR #2797 for H100, A100 80GB and L4; the H200
-figure from published ``nvidia-smi`` output), because vLLM sizes its KV cache from what the device reports,
-not the marketing "80 GB". NVLink is the per-direction half of the datasheet's bidirectional total
-(H100/H200 900 GB/s, A100 600 GB/s). PCIe x16 is Gen4 ~32 / Gen5 ~64 GB/s raw per direction; ~25 / ~50 GB/s
-is what a transfer achieves after protocol overhead.
-
-Models: the published Hugging Face ``config.json`` shapes. Parameter counts are derived from the shape
-(``ModelSpec.total_params``) and match the model cards: Llama 3 8B 8.03 B, 70B 70.6 B, Qwen2.5 7B 7.62 B,
-72B 72.7 B, Mistral 7B v0.3 7.25 B, Mixtral 8x7B 46.7 B total / 12.9 B active.
+Models: the published Hugging Face ``config.json`` shapes, read by the same ``model_from_config`` as a
+``--model-config`` file. Parameter counts are derived from the shape (``ModelSpec.total_params``) and match the
+model cards (models.toml gives each card's figure; a unit test compares them).
 
     per layer:  attention = H·(n_heads·d_head) + 2·H·(n_kv·d_head) + (n_heads·d_head)·H   [+ q,k,v biases]
                 mlp       = 3·H·I per expert (gated: gate, up, down)
@@ -31,16 +22,24 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from llmdiag.errors import InputFileError, UsageError
+from llmdiag.errors import InputFileError, RuleSpecError, UsageError
+from llmdiag.schema.tables import (
+    NVLINK,
+    GpuEntry,
+    InterconnectEntry,
+    ModelEntry,
+    load_gpu_table,
+    load_interconnect_table,
+    load_model_table,
+)
 
 MIB = 1024**2
 GIB = 1024**3
-
-InterconnectName = Literal["nvlink", "pcie4", "pcie5"]
 
 
 @dataclass(frozen=True)
@@ -51,90 +50,20 @@ class GpuSpec:
     hbm_bandwidth_bytes_per_second: float
     peak_bf16_flops_per_second: float
     nvlink_bandwidth_bytes_per_second: float | None
-    pcie: InterconnectName
-    # vLLM 0.32's defaults for the OpenAI server on this GPU (vllm/engine/arg_utils.py: ≥ 70 GiB and not
-    # A100 gets 1024 seqs / 8192 batched tokens; everything else 256 / 2048)
+    pcie: str  # the interconnect its PCIe link is (interconnects.toml)
+    # vLLM's defaults for its OpenAI server on this GPU (gpus.toml says where each comes from)
     vllm_max_num_seqs: int
     vllm_max_num_batched_tokens: int
     aliases: tuple[str, ...] = ()
 
 
-GPUS: dict[str, GpuSpec] = {
-    g.name: g
-    for g in (
-        GpuSpec(
-            "H100",
-            "H100 SXM5 80GB HBM3",
-            81559 * MIB,
-            3.35e12,
-            989.4e12,
-            450e9,
-            "pcie5",
-            1024,
-            8192,
-            ("h100-sxm", "h100-sxm5", "h100-80gb"),
-        ),
-        GpuSpec(
-            "H200",
-            "H200 SXM 141GB HBM3e",
-            143771 * MIB,
-            4.8e12,
-            989.4e12,
-            450e9,
-            "pcie5",
-            1024,
-            8192,
-            ("h200-sxm", "h200-141gb"),
-        ),
-        GpuSpec(
-            "A100",
-            "A100 SXM4 80GB HBM2e",
-            81920 * MIB,
-            2.039e12,
-            312e12,
-            300e9,
-            "pcie4",
-            256,
-            2048,
-            ("a100-sxm", "a100-sxm4", "a100-80gb", "a100-sxm4-80gb"),
-        ),
-        GpuSpec("L4", "L4 24GB GDDR6", 23034 * MIB, 300e9, 121e12, None, "pcie4", 256, 2048, ("l4-24gb",)),
-    )
-}
-
-
 @dataclass(frozen=True)
 class InterconnectSpec:
-    name: InterconnectName
+    name: str
     description: str
     bandwidth_bytes_per_second: float  # per GPU, per direction, as a transfer achieves it
-    # fixed cost of one all-reduce however small: decode messages are KBs, so this dominates there.
-    # Order of magnitude of small-message all_reduce times in nccl-tests / vLLM's custom all-reduce.
+    # fixed cost of one all-reduce however small: decode messages are KBs, so this dominates there
     allreduce_latency_seconds: float
-
-
-PCIE_LINKS: dict[str, InterconnectSpec] = {
-    "pcie4": InterconnectSpec("pcie4", "PCIe Gen4 x16", 25e9, 30e-6),
-    "pcie5": InterconnectSpec("pcie5", "PCIe Gen5 x16", 50e9, 25e-6),
-}
-NVLINK_ALLREDUCE_LATENCY_SECONDS = 10e-6
-
-
-def interconnect_for(gpu: GpuSpec, name: str | None = None) -> InterconnectSpec:
-    """The link between this GPU's tensor-parallel ranks: NVLink where the part has it, else its PCIe."""
-    wanted = (name or ("nvlink" if gpu.nvlink_bandwidth_bytes_per_second else gpu.pcie)).lower()
-    if wanted == "nvlink":
-        if gpu.nvlink_bandwidth_bytes_per_second is None:
-            raise UsageError(f"the {gpu.name} has no NVLink", f"use --interconnect {gpu.pcie}")
-        return InterconnectSpec(
-            "nvlink",
-            f"NVLink ({gpu.name})",
-            gpu.nvlink_bandwidth_bytes_per_second,
-            NVLINK_ALLREDUCE_LATENCY_SECONDS,
-        )
-    if wanted in PCIE_LINKS:
-        return PCIE_LINKS[wanted]
-    raise UsageError(f"unknown interconnect '{name}'", "known interconnects: nvlink, pcie4, pcie5")
 
 
 @dataclass(frozen=True)
@@ -154,6 +83,7 @@ class ModelSpec:
     tied_embeddings: bool = False
     attention_bias: bool = False
     max_context_tokens: int = 0  # 0 = not stated
+    aliases: tuple[str, ...] = ()
 
     @property
     def is_moe(self) -> bool:
@@ -197,87 +127,6 @@ class ModelSpec:
         return self.layers * self.experts * self.expert_params if self.is_moe else 0
 
 
-def _llama(name: str, source: str, **shape: Any) -> ModelSpec:
-    return ModelSpec(name=name, source=source, head_dim=128, dtype_bytes=2, **shape)
-
-
-MODELS: dict[str, ModelSpec] = {
-    m.name: m
-    for m in (
-        _llama(
-            "llama-3-8b",
-            "meta-llama/Meta-Llama-3-8B",
-            layers=32,
-            hidden_size=4096,
-            attention_heads=32,
-            kv_heads=8,
-            intermediate_size=14336,
-            vocab_size=128256,
-            max_context_tokens=8192,
-        ),
-        _llama(
-            "llama-3-70b",
-            "meta-llama/Meta-Llama-3-70B",
-            layers=80,
-            hidden_size=8192,
-            attention_heads=64,
-            kv_heads=8,
-            intermediate_size=28672,
-            vocab_size=128256,
-            max_context_tokens=8192,
-        ),
-        _llama(
-            "qwen2.5-7b",
-            "Qwen/Qwen2.5-7B-Instruct",
-            layers=28,
-            hidden_size=3584,
-            attention_heads=28,
-            kv_heads=4,
-            intermediate_size=18944,
-            vocab_size=152064,
-            attention_bias=True,
-            max_context_tokens=32768,
-        ),
-        _llama(
-            "qwen2.5-72b",
-            "Qwen/Qwen2.5-72B-Instruct",
-            layers=80,
-            hidden_size=8192,
-            attention_heads=64,
-            kv_heads=8,
-            intermediate_size=29568,
-            vocab_size=152064,
-            attention_bias=True,
-            max_context_tokens=32768,
-        ),
-        _llama(
-            "mistral-7b",
-            "mistralai/Mistral-7B-Instruct-v0.3",
-            layers=32,
-            hidden_size=4096,
-            attention_heads=32,
-            kv_heads=8,
-            intermediate_size=14336,
-            vocab_size=32768,
-            max_context_tokens=32768,
-        ),
-        _llama(
-            "mixtral-8x7b",
-            "mistralai/Mixtral-8x7B-Instruct-v0.1",
-            layers=32,
-            hidden_size=4096,
-            attention_heads=32,
-            kv_heads=8,
-            intermediate_size=14336,
-            vocab_size=32000,
-            experts=8,
-            active_experts=2,
-            max_context_tokens=32768,
-        ),
-    )
-}
-
-
 def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
@@ -290,18 +139,38 @@ def find_gpu(name: str) -> GpuSpec:
     raise UsageError(f"unknown GPU '{name}'", f"known GPUs: {', '.join(GPUS)} (SXM parts)")
 
 
-def find_model(name: str) -> ModelSpec:
-    def key(text: str) -> str:  # "meta-llama/Meta-Llama-3-8B-Instruct" → "metallama38b"
-        return _key(re.sub(r"-(instruct|chat)\b", "", text.split("/")[-1], flags=re.IGNORECASE))
+def _model_key(text: str) -> str:  # "meta-llama/Meta-Llama-3-8B-Instruct" → "metallama38b"
+    return _key(re.sub(r"-(instruct|chat)\b", "", text.split("/")[-1], flags=re.IGNORECASE))
 
+
+def find_model(name: str) -> ModelSpec:
     for model in MODELS.values():
-        if key(name) in (key(model.name), key(model.source)):
+        if _model_key(name) in {_model_key(model.name), _model_key(model.source), *map(_model_key, model.aliases)}:
             return model
     raise UsageError(
         f"unknown model '{name}'",
         f"known models: {', '.join(MODELS)}; or pass --model-config PATH to a Hugging Face config.json",
     )
 
+
+def interconnect_for(gpu: GpuSpec, name: str | None = None) -> InterconnectSpec:
+    """The link between this GPU's tensor-parallel ranks: NVLink where the part has it, else its PCIe."""
+    wanted = (name or (NVLINK if gpu.nvlink_bandwidth_bytes_per_second else gpu.pcie)).lower()
+    if wanted == NVLINK:
+        if gpu.nvlink_bandwidth_bytes_per_second is None:
+            raise UsageError(f"the {gpu.name} has no NVLink", f"use --interconnect {gpu.pcie}")
+        return InterconnectSpec(
+            NVLINK,
+            f"{NVLINK_DESCRIPTION} ({gpu.name})",
+            gpu.nvlink_bandwidth_bytes_per_second,
+            NVLINK_ALLREDUCE_LATENCY_SECONDS,
+        )
+    if wanted in PCIE_LINKS:
+        return PCIE_LINKS[wanted]
+    raise UsageError(f"unknown interconnect '{name}'", f"known interconnects: {', '.join([NVLINK, *PCIE_LINKS])}")
+
+
+# --- a model's shape from its config.json -----------------------------------------------------------------
 
 # Fields of architectures whose memory or compute these formulas do not describe.
 UNSUPPORTED_FIELDS = {
@@ -335,10 +204,16 @@ def load_model_config(path: Path) -> ModelSpec:
         raise InputFileError(f"{path}: not a model config (a JSON object was expected)", CONFIG_HINT)
     if "hidden_size" not in config and isinstance(config.get("text_config"), dict):
         config = {**config["text_config"], "_name_or_path": config.get("_name_or_path", "")}
+    name = str(config.get("_name_or_path") or path.resolve().parent.name or path.stem)
+    return model_from_config(config, name=name, source=str(path), where=str(path))
+
+
+def model_from_config(config: Mapping[str, Any], *, name: str, source: str, where: str) -> ModelSpec:
+    """The shape a Hugging Face config.json describes; ``where`` names it in errors (``InputFileError``)."""
     for field, reason in UNSUPPORTED_FIELDS.items():
         if config.get(field) is not None:
             raise InputFileError(
-                f"{path}: field '{field}' is not supported: {reason}",
+                f"{where}: field '{field}' is not supported: {reason}",
                 "llmdiag models dense and Mixtral-style MoE transformers; pick a built-in --model for a rough figure",
             )
 
@@ -346,29 +221,28 @@ def load_model_config(path: Path) -> ModelSpec:
         value = config.get(field)
         if value is None:
             if default is None:
-                raise InputFileError(f"{path}: field '{field}' is missing", CONFIG_HINT)
+                raise InputFileError(f"{where}: field '{field}' is missing", CONFIG_HINT)
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise InputFileError(f"{path}: field '{field}' must be a positive integer, got {value!r}", CONFIG_HINT)
+            raise InputFileError(f"{where}: field '{field}' must be a positive integer, got {value!r}", CONFIG_HINT)
         return value
 
     hidden = positive_int("hidden_size")
     heads = positive_int("num_attention_heads")
     if hidden % heads and config.get("head_dim") is None:
         raise InputFileError(
-            f"{path}: hidden_size {hidden} is not a multiple of {heads} heads and no head_dim", CONFIG_HINT
+            f"{where}: hidden_size {hidden} is not a multiple of {heads} heads and no head_dim", CONFIG_HINT
         )
     kv_heads = positive_int("num_key_value_heads", heads)
     if heads % kv_heads:
-        raise InputFileError(f"{path}: {heads} attention heads are not a multiple of {kv_heads} KV heads", CONFIG_HINT)
+        raise InputFileError(f"{where}: {heads} attention heads are not a multiple of {kv_heads} KV heads", CONFIG_HINT)
     experts = positive_int("num_local_experts", positive_int("num_experts", 1))
     dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
     if dtype not in DTYPE_BYTES:
-        raise InputFileError(f"{path}: dtype '{dtype}' is not modelled", f"supported: {', '.join(DTYPE_BYTES)}")
-    name = str(config.get("_name_or_path") or path.resolve().parent.name or path.stem)
+        raise InputFileError(f"{where}: dtype '{dtype}' is not modelled", f"supported: {', '.join(DTYPE_BYTES)}")
     spec = ModelSpec(
         name=name,
-        source=str(path),
+        source=source,
         layers=positive_int("num_hidden_layers"),
         hidden_size=hidden,
         attention_heads=heads,
@@ -386,7 +260,7 @@ def load_model_config(path: Path) -> ModelSpec:
     )
     if spec.active_experts > spec.experts:
         raise InputFileError(
-            f"{path}: num_experts_per_tok {spec.active_experts} exceeds the {spec.experts} experts", CONFIG_HINT
+            f"{where}: num_experts_per_tok {spec.active_experts} exceeds the {spec.experts} experts", CONFIG_HINT
         )
     return spec
 
@@ -398,3 +272,77 @@ def min_tensor_parallel(model: ModelSpec, gpu: GpuSpec, usable_ratio: float, res
         if model.attention_heads % tp == 0 and gpu.memory_bytes * usable_ratio - reserve_bytes > weights / tp:
             return tp
     return None
+
+
+# --- the tables (probes/tables/), read once on import -------------------------------------------------------
+
+GPUS_TABLE = "probes/tables/gpus.toml"
+MODELS_TABLE = "probes/tables/models.toml"
+
+
+def _refuse_clashing_names(path: str, names: Mapping[str, list[str]], key: Callable[[str], str]) -> None:
+    """Two entries answering to one name (as the lookup folds names) would leave the lookup to pick by order."""
+    seen: dict[str, str] = {}
+    for entry, entry_names in names.items():
+        for name in entry_names:
+            other = seen.setdefault(key(name), entry)
+            if other != entry:
+                raise RuleSpecError(path, f"{entry}.aliases", f"'{name}' also names {other}")
+
+
+def _interconnects() -> tuple[InterconnectEntry, dict[str, InterconnectSpec]]:
+    """NVLink (its bandwidth is each GPU's own) and the PCIe links, by name."""
+    entries = load_interconnect_table().interconnect
+    nvlink = next(e for e in entries if e.name == NVLINK)  # the schema requires it
+    pcie = {
+        e.name: InterconnectSpec(e.name, e.description, e.bandwidth_bytes_per_second, e.allreduce_latency_seconds)
+        for e in entries
+        if e.bandwidth_bytes_per_second is not None
+    }
+    return nvlink, pcie
+
+
+def _gpu_spec(entry: GpuEntry) -> GpuSpec:
+    if entry.pcie not in PCIE_LINKS:
+        raise RuleSpecError(GPUS_TABLE, f"{entry.name}.pcie", f"'{entry.pcie}' is none of {', '.join(PCIE_LINKS)}")
+    return GpuSpec(
+        name=entry.name,
+        part=entry.part,
+        memory_bytes=entry.memory_mib * MIB,
+        hbm_bandwidth_bytes_per_second=entry.hbm_bandwidth_bytes_per_second,
+        peak_bf16_flops_per_second=entry.peak_bf16_dense_flops_per_second,
+        nvlink_bandwidth_bytes_per_second=entry.nvlink_bytes_per_second,
+        pcie=entry.pcie,
+        vllm_max_num_seqs=entry.vllm_max_num_seqs,
+        vllm_max_num_batched_tokens=entry.vllm_max_num_batched_tokens,
+        aliases=tuple(entry.aliases),
+    )
+
+
+def _gpus() -> dict[str, GpuSpec]:
+    entries = load_gpu_table().gpu
+    _refuse_clashing_names(GPUS_TABLE, {g.name: [g.name, g.part, *g.aliases] for g in entries}, _key)
+    return {g.name: _gpu_spec(g) for g in entries}
+
+
+def _model_spec(entry: ModelEntry) -> ModelSpec:
+    config = entry.config.model_dump(exclude_none=True)
+    try:
+        spec = model_from_config(config, name=entry.name, source=entry.huggingface, where=f"{entry.name} config")
+    except InputFileError as exc:
+        raise RuleSpecError(MODELS_TABLE, f"{entry.name}.config", exc.message) from None
+    return replace(spec, aliases=tuple(entry.aliases))
+
+
+def _models() -> dict[str, ModelSpec]:
+    entries = load_model_table().model
+    names = {m.name: [m.name, m.huggingface, *m.aliases] for m in entries}
+    _refuse_clashing_names(MODELS_TABLE, names, _model_key)
+    return {m.name: _model_spec(m) for m in entries}
+
+
+_NVLINK, PCIE_LINKS = _interconnects()
+NVLINK_DESCRIPTION = _NVLINK.description
+NVLINK_ALLREDUCE_LATENCY_SECONDS = _NVLINK.allreduce_latency_seconds
+GPUS = _gpus()
+MODELS = _models()

@@ -206,7 +206,8 @@ def experts_touched_ratio(model: ModelSpec, tokens: float) -> float:
     """1 − (1 − k/E)^n: the expected share of an MoE layer's experts that n uniformly routed tokens use."""
     if not model.is_moe:
         return 1.0
-    return 1 - (1 - model.active_experts / model.experts) ** max(tokens, 0.0)
+    untouched: float = (1 - model.active_experts / model.experts) ** max(tokens, 0.0)
+    return 1 - untouched
 
 
 def weight_bytes_read(model: ModelSpec, tokens: float) -> float:

@@ -59,7 +59,7 @@ from llmdiag.collect.http import HttpMetricsSource
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.collect.source import Source
 from llmdiag.errors import NotMetricsError
-from llmdiag.model import Signal, SignalSet, SourceInfo, Window
+from llmdiag.model import Signal, SignalKind, SignalSet, SourceInfo, Window
 from llmdiag.schema.probes import ProbeSpec
 
 PROBE = "trtllm"
@@ -206,7 +206,7 @@ def missing_records(iters: Iterable[int], before: int | None = None, stride: int
 
 
 def signals_from_iteration_records(
-    records: list[Record],
+    records: Iterable[Record],
     window_seconds: float | None = None,
     source: str = JSON_SOURCE,
     previous_iter: int | None = None,
@@ -218,200 +218,214 @@ def signals_from_iteration_records(
     last iteration's latency). ``previous_iter``: the last iteration seen before these records, so a hole at the
     start counts as missing too. Every signal a record lacks the field for is unavailable, with the reason.
     """
-    records = sorted(records, key=lambda r: r.get("iter", 0))
+    ordered = sorted(records, key=lambda r: r.get("iter", 0))
     signal_set = SignalSet()
+    signal_set.window = _records_window(ordered, window_seconds)
+    reader = _RecordReader(ordered, signal_set, source, signal_set.window.duration_seconds)
+    _add_gauges(reader)
+    reader.add_info("kv_cache_blocks", "blocks", "kvCacheStats", "maxNumBlocks")
+    reader.add_info("kv_cache_block_size_tokens", "tokens", "kvCacheStats", "tokensPerBlock")
+    _add_counters(reader)
+    _add_histograms(reader)
+    _add_policy_evidence(signal_set, ordered)
+    _add_missing_records(signal_set, ordered, source, previous_iter, stride)
+    signal_set.sources.append(SourceInfo(probe=PROBE, server=SERVER, url=source))
+    return signal_set
+
+
+def _records_window(records: list[Record], window_seconds: float | None) -> Window:
+    """The given window, else the span of the records' timestamps plus the last iteration's latency."""
     times = [t for r in records if (t := record_time(r)) is not None]
     if window_seconds is None and len(times) >= 2:
         last_latency = (_num(records[-1], "iterLatencyMS") or 0.0) / 1000.0
         window_seconds = max(times) - min(times) + last_latency
-    window = window_seconds if window_seconds and window_seconds > 0 else None
-    signal_set.window = Window(
+    return Window(
         kind="window",
         start_unix=min(times) if times else None,
         end_unix=max(times) if times else None,
-        duration_seconds=window,
+        duration_seconds=window_seconds if window_seconds and window_seconds > 0 else None,
         scrapes=len(records),
         note=f"{len(records)} TensorRT-LLM iteration records",
     )
 
-    def points(*path: str, scale: float = 1.0) -> list[tuple[float, float]]:
-        out = []
-        for r in records:
-            value = _num(r, *path)
-            if value is not None:
-                out.append((record_time(r) or 0.0, value * scale))
-        return out
 
-    def add_gauge(name: str, unit: str, pts: list[tuple[float, float]], field_name: str) -> None:
-        if pts:
-            signal_set.add(_gauge(name, unit, pts, f"{source}: {field_name}", window))
+@dataclass
+class _RecordReader:
+    """Adds one signal at a time from the records, each a missing signal with the reason when no record has it."""
+
+    records: list[Record]
+    signal_set: SignalSet
+    source: str
+    window: float | None  # seconds; None when the records carry no time span
+
+    def points(self, *path: str) -> list[tuple[float, float]]:
+        """(record time, value) of every record with the field."""
+        return [(record_time(r) or 0.0, v) for r in self.records if (v := _num(r, *path)) is not None]
+
+    def missing(self, name: str, kind: SignalKind, unit: str, field_name: str) -> None:
+        self.signal_set.add(Signal.missing(name, kind, unit, _why_missing(self.records, field_name)))
+
+    def add_gauge(self, name: str, unit: str, points: list[tuple[float, float]], field_name: str) -> None:
+        if points:
+            self.signal_set.add(_gauge(name, unit, points, f"{self.source}: {field_name}", self.window))
         else:
-            signal_set.add(Signal.missing(name, "gauge", unit, _why_missing(records, field_name)))
+            self.missing(name, "gauge", unit, field_name)
 
-    add_gauge("requests_running", "requests", points("numActiveRequests"), "numActiveRequests")
-    add_gauge("requests_waiting", "requests", points("numQueuedRequests"), "numQueuedRequests")
-    add_gauge("max_active_requests", "requests", points("maxNumActiveRequests"), "maxNumActiveRequests")
-    add_gauge(
-        "requests_paused",
-        "requests",
-        points("inflightBatchingStats", "numPausedRequests"),
-        "inflightBatchingStats.numPausedRequests",
-    )
-    usage: list[tuple[float, float]] = []
-    for r in records:
-        used, total = _num(r, "kvCacheStats", "usedNumBlocks"), _num(r, "kvCacheStats", "maxNumBlocks")
-        if used is not None and total:
-            usage.append((record_time(r) or 0.0, used / total))
-    add_gauge("kv_cache_usage_ratio", "ratio", usage, "kvCacheStats.usedNumBlocks / maxNumBlocks")
-    bad = [v for _, v in usage if not 0.0 <= v <= 1.0]
-    if bad:
-        signal_set.anomalies.append(f"kvCacheStats used/max blocks outside [0, 1] in {len(bad)} record(s)")
-        signal_set.add(Signal.missing("kv_cache_usage_ratio", "gauge", "ratio", "implausible used/max blocks"))
-
-    def add_info(name: str, unit: str, *path: str) -> None:
-        found = [v for r in reversed(records) if (v := _num(r, *path)) is not None]
-        if found:
-            signal_set.add(
-                Signal(
-                    name=name,
-                    kind="info",
-                    unit=unit,
-                    stats={"value": found[0]},
-                    source=f"{source}: {'.'.join(path)}",
-                    verify=VERIFY,
-                )
-            )
-        else:
-            signal_set.add(Signal.missing(name, "info", unit, _why_missing(records, ".".join(path))))
-
-    add_info("kv_cache_blocks", "blocks", "kvCacheStats", "maxNumBlocks")
-    add_info("kv_cache_block_size_tokens", "tokens", "kvCacheStats", "tokensPerBlock")
-
-    def add_counter(name: str, unit: str, values: list[float | None], field_name: str) -> None:
-        known = [v for v in values if v is not None]
-        if not records or not known:
-            signal_set.add(Signal.missing(name, "counter", unit, _why_missing(records, field_name)))
+    def add_info(self, name: str, unit: str, *path: str) -> None:
+        """The last record's value."""
+        found = [v for r in reversed(self.records) if (v := _num(r, *path)) is not None]
+        if not found:
+            self.missing(name, "info", unit, ".".join(path))
             return
-        increase = sum(known)
-        if window is None:
-            signal_set.add(
-                Signal(
-                    name=name,
-                    kind="counter",
-                    unit=unit,
-                    stats={"increase": increase},
-                    unavailable="the records carry no time span for a rate",
-                    source=f"{source}: Σ {field_name}",
-                )
-            )
-            return
-        signal_set.add(
+        self.signal_set.add(
             Signal(
                 name=name,
-                kind="counter",
+                kind="info",
                 unit=unit,
-                stats={"rate": increase / window, "increase": increase},
-                source=f"{source}: Σ {field_name}",
+                stats={"value": found[0]},
+                source=f"{self.source}: {'.'.join(path)}",
                 verify=VERIFY,
-                window_seconds=window,
             )
         )
 
-    add_counter(
-        "preemptions_per_second",
-        "preemptions/s",
-        [_num(r, "inflightBatchingStats", "numPausedRequests") for r in records],
-        "inflightBatchingStats.numPausedRequests",
-    )
-    add_counter(
-        "requests_finished_per_second",
-        "requests/s",
-        [_num(r, "numCompletedRequests") for r in records],
-        "numCompletedRequests",
-    )
-    add_counter(
-        "prompt_tokens_per_second",
-        "tokens/s",
-        [_num(r, "inflightBatchingStats", "numCtxTokens") for r in records],
-        "inflightBatchingStats.numCtxTokens",
-    )
-    generated: list[float | None] = []
-    for r in records:
-        gen = _num(r, "inflightBatchingStats", "numGenRequests")
-        per = _num(r, "inflightBatchingStats", "avgNumDecodedTokensPerIter")
-        generated.append(None if gen is None else gen * max(1.0, per or 0.0))
-    add_counter(
-        "generation_tokens_per_second",
-        "tokens/s",
-        generated,
-        "inflightBatchingStats.numGenRequests × avgNumDecodedTokensPerIter",
-    )
+    def add_counter(self, name: str, unit: str, values: list[float | None], field_name: str) -> None:
+        """Σ of the per-iteration values over the window: the increase, and the rate when the window is known."""
+        known = [v for v in values if v is not None]
+        if not self.records or not known:
+            self.missing(name, "counter", unit, field_name)
+            return
+        increase, source = sum(known), f"{self.source}: Σ {field_name}"
+        if self.window is None:
+            unavailable = "the records carry no time span for a rate"
+            counter = Signal(
+                name=name,
+                kind="counter",
+                unit=unit,
+                stats={"increase": increase},
+                unavailable=unavailable,
+                source=source,
+            )
+        else:
+            stats = {"rate": increase / self.window, "increase": increase}
+            counter = Signal(
+                name=name,
+                kind="counter",
+                unit=unit,
+                stats=stats,
+                source=source,
+                verify=VERIFY,
+                window_seconds=self.window,
+            )
+        self.signal_set.add(counter)
 
-    def add_histogram(name: str, pairs: list[tuple[float, float]], field_name: str, how: str) -> None:
+    def add_histogram(self, name: str, pairs: list[tuple[float, float]], field_name: str, how: str) -> None:
+        """Exact stats of (value, observations) pairs; no observations is not the same as no field."""
         stats = _weighted_stats(pairs)
         if stats:
-            signal_set.add(
+            self.signal_set.add(
                 Signal(
                     name=name,
                     kind="histogram",
                     unit="seconds",
                     stats=stats,
-                    source=f"{source}: {field_name} ({how})",
+                    source=f"{self.source}: {field_name} ({how})",
                     verify=VERIFY,
-                    window_seconds=window,
+                    window_seconds=self.window,
                 )
             )
-        elif records and any(_num(r, *field_name.split(".")) is not None for r in records):
-            signal_set.add(
+        elif self.records and any(_num(r, *field_name.split(".")) is not None for r in self.records):
+            self.signal_set.add(
                 Signal(
                     name=name,
                     kind="histogram",
                     unit="seconds",
                     stats={"count": 0.0},
                     unavailable="no observations in the window",
-                    source=f"{source}: {field_name}",
+                    source=f"{self.source}: {field_name}",
                 )
             )
         else:
-            signal_set.add(Signal.missing(name, "histogram", "seconds", _why_missing(records, field_name)))
+            self.missing(name, "histogram", "seconds", field_name)
 
-    latency = [(_num(r, "iterLatencyMS"), r) for r in records]
-    add_histogram(
+
+def _add_gauges(reader: _RecordReader) -> None:
+    """The queue, the batch, its cap, the paused requests, and KV use (refused when outside [0, 1])."""
+    reader.add_gauge("requests_running", "requests", reader.points("numActiveRequests"), "numActiveRequests")
+    reader.add_gauge("requests_waiting", "requests", reader.points("numQueuedRequests"), "numQueuedRequests")
+    reader.add_gauge("max_active_requests", "requests", reader.points("maxNumActiveRequests"), "maxNumActiveRequests")
+    paused = "inflightBatchingStats.numPausedRequests"
+    reader.add_gauge("requests_paused", "requests", reader.points(*paused.split(".")), paused)
+    usage: list[tuple[float, float]] = []
+    for r in reader.records:
+        used, total = _num(r, "kvCacheStats", "usedNumBlocks"), _num(r, "kvCacheStats", "maxNumBlocks")
+        if used is not None and total:
+            usage.append((record_time(r) or 0.0, used / total))
+    reader.add_gauge("kv_cache_usage_ratio", "ratio", usage, "kvCacheStats.usedNumBlocks / maxNumBlocks")
+    bad = [v for _, v in usage if not 0.0 <= v <= 1.0]
+    if bad:
+        reader.signal_set.anomalies.append(f"kvCacheStats used/max blocks outside [0, 1] in {len(bad)} record(s)")
+        reader.signal_set.add(Signal.missing("kv_cache_usage_ratio", "gauge", "ratio", "implausible used/max blocks"))
+
+
+def _add_counters(reader: _RecordReader) -> None:
+    """Pauses (as preemptions), finished requests, prompt tokens, and generated tokens (speculative ones too)."""
+
+    def values(*path: str) -> list[float | None]:
+        return [_num(r, *path) for r in reader.records]
+
+    paused, ctx = "inflightBatchingStats.numPausedRequests", "inflightBatchingStats.numCtxTokens"
+    reader.add_counter("preemptions_per_second", "preemptions/s", values(*paused.split(".")), paused)
+    finished = values("numCompletedRequests")
+    reader.add_counter("requests_finished_per_second", "requests/s", finished, "numCompletedRequests")
+    reader.add_counter("prompt_tokens_per_second", "tokens/s", values(*ctx.split(".")), ctx)
+    generated: list[float | None] = []
+    for r in reader.records:
+        gen = _num(r, "inflightBatchingStats", "numGenRequests")
+        per = _num(r, "inflightBatchingStats", "avgNumDecodedTokensPerIter")
+        generated.append(None if gen is None else gen * max(1.0, per or 0.0))
+    reader.add_counter(
+        "generation_tokens_per_second",
+        "tokens/s",
+        generated,
+        "inflightBatchingStats.numGenRequests × avgNumDecodedTokensPerIter",
+    )
+
+
+def _add_histograms(reader: _RecordReader) -> None:
+    """Token gaps and iteration times from iterLatencyMS; queue time per newly activated request."""
+    latency = [(ms / 1000.0, r) for r in reader.records if (ms := _num(r, "iterLatencyMS")) is not None and ms > 0]
+    reader.add_histogram(
         "itl_seconds",
-        [
-            (ms / 1000.0, _num(r, "inflightBatchingStats", "numGenRequests") or 0.0)
-            for ms, r in latency
-            if ms is not None and ms > 0
-        ],
+        [(seconds, _num(r, "inflightBatchingStats", "numGenRequests") or 0.0) for seconds, r in latency],
         "iterLatencyMS",
         "one token gap per generation request of each iteration",
     )
-    add_histogram(
-        "iteration_seconds",
-        [(ms / 1000.0, 1.0) for ms, _ in latency if ms is not None and ms > 0],
-        "iterLatencyMS",
-        "one per iteration",
+    reader.add_histogram(
+        "iteration_seconds", [(seconds, 1.0) for seconds, _ in latency], "iterLatencyMS", "one per iteration"
     )
-    add_histogram(
+    reader.add_histogram(
         "queue_time_seconds",
         [
             (q / 1000.0, n)
-            for r in records
+            for r in reader.records
             if (q := _num(r, "newActiveRequestsQueueLatencyMS")) is not None and (n := _num(r, "numNewActiveRequests"))
         ],
         "newActiveRequestsQueueLatencyMS",
         "per newly activated request",
     )
 
-    _add_policy_evidence(signal_set, records)
+
+def _add_missing_records(
+    signal_set: SignalSet, records: list[Record], source: str, previous_iter: int | None, stride: int | None
+) -> None:
+    """``iteration_records_missing_ratio`` from the holes in ``iter``, and an anomaly naming the likely cause."""
     missing, expected, stride = missing_records([int(r["iter"]) for r in records], previous_iter, stride)
-    ratio = missing / expected if expected else 0.0
     signal_set.add(
         Signal(
             name="iteration_records_missing_ratio",
             kind="derived",
             unit="ratio",
-            stats={"value": ratio},
+            stats={"value": missing / expected if expected else 0.0},
             source=f"{source}: holes in 'iter' (stride {stride})",
         )
     )
@@ -421,8 +435,6 @@ def signals_from_iteration_records(
             f"reading /metrics, which removes the records it returns, or the server's record queue overflowed "
             f"between reads; rates and averages cover only the records seen. {DRAIN_HINT}"
         )
-    signal_set.sources.append(SourceInfo(probe=PROBE, server=SERVER, url=source))
-    return signal_set
 
 
 def _add_policy_evidence(signal_set: SignalSet, records: list[Record]) -> None:
@@ -562,26 +574,40 @@ def finish_prometheus_signals(signal_set: SignalSet) -> None:
       when the engine idles part of the window).
     """
     window = signal_set.window.duration_seconds
+    _kv_usage_from_blocks(signal_set, window)
+    _kv_block_infos(signal_set)
+    iterations_per_second, how = _iteration_rate(signal_set, window)
+    if signal_set.get("preemptions_per_second") is None:
+        _estimate_preemptions(signal_set, window, iterations_per_second, how)
+
+
+def _kv_usage_from_blocks(signal_set: SignalSet, window: float | None) -> None:
+    """``kv_cache_usage_ratio`` as used / max blocks, when the page's own is unavailable and the blocks are there."""
     used, total = _stat(signal_set, "kv_cache_used_blocks", "mean"), _stat(signal_set, "kv_cache_max_blocks", "last")
     kv = signal_set.get("kv_cache_usage_ratio")
-    if kv is not None and kv.unavailable is not None and used is not None and total:
-        peak = _stat(signal_set, "kv_cache_used_blocks", "max") or used
-        signal_set.add(
-            Signal(
-                name="kv_cache_usage_ratio",
-                kind="gauge",
-                unit="ratio",
-                stats={
-                    "mean": used / total,
-                    "max": peak / total,
-                    "last": used / total,
-                    "min": (_stat(signal_set, "kv_cache_used_blocks", "min") or 0.0) / total,
-                    "p90": (_stat(signal_set, "kv_cache_used_blocks", "p90") or used) / total,
-                },
-                source="derived: used / max KV blocks",
-                window_seconds=window,
-            )
+    if kv is None or kv.unavailable is None or used is None or not total:
+        return
+    peak = _stat(signal_set, "kv_cache_used_blocks", "max") or used
+    signal_set.add(
+        Signal(
+            name="kv_cache_usage_ratio",
+            kind="gauge",
+            unit="ratio",
+            stats={
+                "mean": used / total,
+                "max": peak / total,
+                "last": used / total,
+                "min": (_stat(signal_set, "kv_cache_used_blocks", "min") or 0.0) / total,
+                "p90": (_stat(signal_set, "kv_cache_used_blocks", "p90") or used) / total,
+            },
+            source="derived: used / max KV blocks",
+            window_seconds=window,
         )
+    )
+
+
+def _kv_block_infos(signal_set: SignalSet) -> None:
+    """``kv_cache_blocks`` / ``kv_cache_block_size_tokens`` from the block gauges' last values."""
     for name, gauge, unit in (
         ("kv_cache_blocks", "kv_cache_max_blocks", "blocks"),
         ("kv_cache_block_size_tokens", "kv_cache_tokens_per_block", "tokens"),
@@ -599,6 +625,12 @@ def finish_prometheus_signals(signal_set: SignalSet) -> None:
                     source=signal_set.signals[gauge].source,
                 )
             )
+
+
+def _iteration_rate(signal_set: SignalSet, window: float | None) -> tuple[float | None, str]:
+    """Iterations per second and how they were found: Triton's iteration counter (which also gives
+    ``engine_steps_per_second`` and, lacking a latency histogram, a mean ``itl_seconds``), else trtllm's mean
+    iteration latency. None when neither tells."""
     iterations_per_second, how = None, ""
     counter = signal_set.get("iteration_counter")
     if counter is not None and counter.unavailable is None and window and len(counter.samples) >= 2:
@@ -640,8 +672,13 @@ def finish_prometheus_signals(signal_set: SignalSet) -> None:
                 "Triton's page has no token latency and the iteration counter did not move",
             )
         )
-    if signal_set.get("preemptions_per_second") is not None:
-        return
+    return iterations_per_second, how
+
+
+def _estimate_preemptions(
+    signal_set: SignalSet, window: float | None, iterations_per_second: float | None, how: str
+) -> None:
+    """``preemptions_per_second`` ≈ mean sampled paused requests × iterations per second (the page has no counter)."""
     paused = _stat(signal_set, "requests_paused", "mean")
     if paused is None or iterations_per_second is None or not window:
         why = (

@@ -9,17 +9,21 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from llmdiag.engine.capacity import plan_capacity, roofline_decode_tokens_per_second, sustained_load
+from llmdiag.engine.capacity import CapacityQuestion, plan_capacity, roofline_decode_tokens_per_second, sustained_load
 from llmdiag.errors import UsageError
 from llmdiag.model.capacity import CapacityReport
-from llmdiag.physics.hardware import GPUS, MODELS
+from llmdiag.physics.hardware import GPUS, MODELS, find_gpu, find_model
 from llmdiag.physics.step import Deployment, StepLoad
 from llmdiag.render.capacity import render_capacity, render_capacity_json
 
 
+def plan(gpu: str, model: str, **settings: object) -> CapacityReport:
+    return plan_capacity(CapacityQuestion(find_gpu(gpu), find_model(model), **settings))  # type: ignore[arg-type]
+
+
 @pytest.fixture(scope="module")
 def example() -> CapacityReport:
-    return plan_capacity("H100", "llama-3-8b", tp=1, users=1000, prompt_tokens=500, output_tokens=200)
+    return plan("H100", "llama-3-8b", tp=1, users=1000, prompt_tokens=500, output_tokens=200)
 
 
 def test_largest_batch_and_who_waits(example: CapacityReport):
@@ -107,7 +111,7 @@ def test_roofline_has_no_cpu_overhead():
 
 
 def test_few_users_all_fit_and_the_step_limits():
-    report = plan_capacity("H100", "llama-3-8b", users=100, prompt_tokens=500, output_tokens=200)
+    report = plan("H100", "llama-3-8b", users=100, prompt_tokens=500, output_tokens=200)
     assert report.waiting_users == 0 and report.served_sequences == 100
     assert report.limited_by == report.step_bound_by == report.at_users.step.bound_by
     assert report.ttft.waves == 1
@@ -115,7 +119,7 @@ def test_few_users_all_fit_and_the_step_limits():
 
 def test_vllm_default_max_num_seqs_caps_an_a100():
     # A100: 29,000 KV blocks // 44 = 659 sequences, but vLLM's default there is 256 (and 2048·200/700 = 585)
-    report = plan_capacity("A100", "llama-3-8b", users=1000, prompt_tokens=500, output_tokens=200)
+    report = plan("A100", "llama-3-8b", users=1000, prompt_tokens=500, output_tokens=200)
     assert report.memory.kv_max_batch_sequences == 659
     assert report.inputs.max_num_seqs == 256 and report.inputs.batch_caps_source == "vLLM default for A100"
     assert (report.limited_by, report.served_sequences) == ("max_num_seqs", 256)
@@ -123,23 +127,19 @@ def test_vllm_default_max_num_seqs_caps_an_a100():
 
 def test_step_token_budget_can_cap_the_batch():
     # 512 tokens per step carry at most 512·200/700 = 146 sequences (each needs 1 + 500/200 tokens a step)
-    report = plan_capacity(
-        "H100", "llama-3-8b", users=1000, prompt_tokens=500, output_tokens=200, max_num_batched_tokens=512
-    )
+    report = plan("H100", "llama-3-8b", users=1000, prompt_tokens=500, output_tokens=200, max_num_batched_tokens=512)
     assert (report.limited_by, report.served_sequences) == ("max_num_batched_tokens", 146)
     assert report.inputs.batch_caps_source == "given"
 
 
 def test_tensor_parallel_over_pcie_is_interconnect_bound():
-    report = plan_capacity(
-        "H100", "llama-3-8b", tp=8, users=200, prompt_tokens=500, output_tokens=200, interconnect="pcie4"
-    )
+    report = plan("H100", "llama-3-8b", tp=8, users=200, prompt_tokens=500, output_tokens=200, interconnect="pcie4")
     assert report.step_bound_by == "interconnect"
     assert report.inputs.interconnect == "PCIe Gen4 x16"
 
 
 def test_moe_runs_and_reports_active_parameters():
-    report = plan_capacity("H100", "mixtral-8x7b", tp=2, users=64, prompt_tokens=500, output_tokens=200)
+    report = plan("H100", "mixtral-8x7b", tp=2, users=64, prompt_tokens=500, output_tokens=200)
     assert report.model.active_params == 12_879_925_248
     # one stream reads only the experts it uses: (1,605,636,096 + 0.25·45,097,156,608)·2 / 2 GPUs + KV
     assert report.single_stream.step.hbm_bytes_per_gpu == pytest.approx(12_879_925_248 + 65_536 * 601)
@@ -147,13 +147,13 @@ def test_moe_runs_and_reports_active_parameters():
 
 def test_a_model_that_does_not_fit_says_which_tp_would():
     with pytest.raises(UsageError, match="does not fit on one H100") as error:
-        plan_capacity("H100", "llama-3-70b", users=1, prompt_tokens=500, output_tokens=200)
+        plan("H100", "llama-3-70b", users=1, prompt_tokens=500, output_tokens=200)
     assert "--tp 2" in error.value.hint
 
 
 def test_a_sequence_longer_than_the_cache_is_refused():
     with pytest.raises(UsageError, match="one sequence of 100,200 tokens"):
-        plan_capacity("L4", "llama-3-8b", users=1, prompt_tokens=100_000, output_tokens=200)
+        plan("L4", "llama-3-8b", users=1, prompt_tokens=100_000, output_tokens=200)
 
 
 @pytest.mark.parametrize(
@@ -177,11 +177,11 @@ def test_bad_inputs_raise_usage_errors(kwargs: dict[str, object], message: str):
         **kwargs,
     }
     with pytest.raises(UsageError, match=message):
-        plan_capacity(**args)  # type: ignore[arg-type]
+        plan(**args)  # type: ignore[arg-type]
 
 
 def test_context_beyond_the_model_window_is_noted():
-    report = plan_capacity("H100", "llama-3-8b", users=1, prompt_tokens=8000, output_tokens=500)
+    report = plan("H100", "llama-3-8b", users=1, prompt_tokens=8000, output_tokens=500)
     assert any("8192-token context window" in note for note in report.notes)
 
 

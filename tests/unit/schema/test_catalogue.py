@@ -25,8 +25,9 @@ from tests.conftest import REPO_ROOT
 
 COLLECTOR_SIGNALS = {"counter_resets", "implausible_samples"}
 # probes/ also holds data tables that are not probe specs, each read by its own model and loader
-# links.toml: llmdiag/schema/links.py; collectives.toml: collect/trace/; logs.toml: collect/logs.py
-NOT_PROBE_SPECS = {"links", "collectives", "logs"}
+# links.toml: llmdiag/schema/links.py; collectives.toml: collect/trace/; logs.toml: collect/logs.py;
+# tables/{gpus,interconnects,models}.toml: llmdiag/schema/tables.py, the physics' figures (tests/unit/physics)
+NOT_PROBE_SPECS = {"links", "collectives", "logs", "gpus", "interconnects", "models"}
 PROBES = sorted(p.stem for p in (REPO_ROOT / "probes").glob("*.toml") if p.stem not in NOT_PROBE_SPECS)
 
 
@@ -114,6 +115,7 @@ def test_wheel_ships_the_catalogue(tmp_path: Path):
     wheel = next(tmp_path.glob("llmdiag-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "llmdiag/probes/vllm.toml" in names
+    assert {f"llmdiag/probes/tables/{t}.toml" for t in ("gpus", "interconnects", "models")} <= names
     assert "llmdiag/rules/memory/MEM001-kv-cache-saturated.toml" in names
     assert "llmdiag/py.typed" in names
     assert "llmdiag/reports/report.html.j2" in names and "llmdiag/reports/vendor/uplot/uPlot.iife.min.js" in names
