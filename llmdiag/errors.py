@@ -13,6 +13,7 @@
         ├── ProbeTimeout           no answer in --timeout
         ├── HTTPStatusError        401, 403, 404, 5xx …
         ├── NotMetricsError        the page is HTML, JSON, or not a known server's metrics
+        │   └── UnsupportedServerError  no server probe recognises what the URL answers
         ├── ExpositionParseError   truncated or garbage Prometheus text
         ├── ResponseTooLargeError  the page is larger than the read cap
         └── EmptyWindowError       no usable pair of scrapes (e.g. the server restarted mid-scan)
@@ -105,3 +106,13 @@ class PrometheusQueryError(ProbeError):
     """A Prometheus (or Mimir/Thanos) query API answered with an error: HTTP status, ``status: error``, a limit."""
 
     hint = "check the query by hand with the curl line in the message's signal, or narrow --selector / the window"
+
+
+class UnsupportedServerError(NotMetricsError):
+    """No server probe recognises what the URL answers. ``hint`` is a template: ``{servers}`` becomes the list of
+    supported servers (llmdiag.collect.detect.unsupported fills it in)."""
+
+    hint = (
+        "supported: {servers}; if it is one of them, name it with --server NAME (and --metrics-url if its page is "
+        "elsewhere)"
+    )

@@ -289,7 +289,8 @@ class LinkInfo:
 
 def detect_link(env: Env, override: str | None, nvml: Any = None) -> LinkInfo:
     """The link class this benchmark's traffic crosses, and the busbw a healthy one reaches."""
-    from llmdiag.schema.links import describe_link, link_from_nvml
+    from llmdiag.collect.telemetry.nvml import link_from_nvml
+    from llmdiag.schema.links import describe_link
 
     def known(name: str, how: str) -> LinkInfo:
         found = describe_link(name)

@@ -73,6 +73,17 @@ def load_rules() -> tuple[RuleSpec, ...]:
     return tuple(sorted(rules, key=lambda r: r.code))
 
 
+# probes/*.toml that are data tables, not probe specs: each is read by its own model and loader
+DATA_TABLES = frozenset({"collectives", "links", "logs", "signals"})
+
+
+@cache
+def probe_names() -> tuple[str, ...]:
+    """Every probe spec in probes/ (its data tables left out), in file-name order."""
+    files = [e.name for e in resources.files("llmdiag.probes").iterdir() if e.is_file() and e.name.endswith(".toml")]
+    return tuple(sorted(n for n in (f.removesuffix(".toml") for f in files) if n not in DATA_TABLES))
+
+
 @cache
 def load_probe(name: str) -> ProbeSpec:
     entry = resources.files("llmdiag.probes") / f"{name}.toml"
