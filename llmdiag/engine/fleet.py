@@ -52,7 +52,7 @@ from llmdiag.schema.loader import load_rules
 
 PEER_ZERO_RATIO = 1000.0
 MAX_RATIO = 1e6
-# fleet signal → (unit, what the per-replica values are): the catalogue test reads this
+# fleet signal → (unit, what the per-replica values are); each is declared in probes/signals.toml ("fleet")
 FLEET_SIGNALS: dict[str, tuple[str, str]] = {
     "fleet_replicas_judged": ("count", "replicas with a verdict"),
     "replica_request_rate_max_per_second": ("requests/s", "finished requests/s"),

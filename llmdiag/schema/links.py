@@ -19,8 +19,7 @@ from importlib import resources
 
 from pydantic import Field, model_validator
 
-from llmdiag.schema.base import _Strict
-from llmdiag.schema.loader import _parse
+from llmdiag.schema.base import _Strict, parse_toml
 
 LINK_NAME = re.compile(r"^(?:nvlink(?P<nv>[1-9])(?:x(?P<links>\d+))?|pcie(?P<gen>[1-9])x(?P<width>\d+)|[a-z0-9-]+)$")
 # compute capability major -> NVLink generation, for when NVML's version number is missing or out of range
@@ -85,7 +84,7 @@ class LinkDescription(_Strict):
 
 
 def parse_catalogue(text: str, display_path: str = "probes/links.toml") -> LinkCatalogue:
-    return _parse(LinkCatalogue, display_path, text)
+    return parse_toml(LinkCatalogue, display_path, text)
 
 
 @cache

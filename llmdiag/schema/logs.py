@@ -15,8 +15,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from llmdiag.errors import RuleSpecError
-from llmdiag.schema.base import _Strict, compiled_pattern
-from llmdiag.schema.loader import _parse
+from llmdiag.schema.base import _Strict, compiled_pattern, parse_toml
 
 LOG_SPEC_PATH = "probes/logs.toml"
 # named groups a line may carry beside its fields: the DP engine's number, SGLang's batch kind
@@ -66,7 +65,7 @@ class LogSpec(_Strict):
 def parse_log_spec(text: str, display_path: str = LOG_SPEC_PATH) -> LogSpec:
     """The file validated, and its parts checked against each other: every line's prefix exists and every named
     group of its patterns has a [[field]]."""
-    spec = _parse(LogSpec, display_path, text)
+    spec = parse_toml(LogSpec, display_path, text)
     prefixes = {p.name for p in spec.prefix}
     fields = {f.name for f in spec.field}
     for line in spec.line:

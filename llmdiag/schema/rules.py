@@ -15,6 +15,8 @@ from llmdiag.schema.base import _Strict
 
 CODE_RE = re.compile(r"^(MEM|CMP|SCH|NET|SAN|REG)\d{3}$")
 SLUG_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+# a summary's placeholders: {signal.stat} or {signal.stat:format}, filled in by llmdiag.engine.evaluate
+PLACEHOLDER_RE = re.compile(r"\{([a-z0-9_]+)\.([a-z0-9]+)(?::([^}]+))?\}")
 CODE_PREFIX = {
     "MEM": "memory",
     "CMP": "compute",
