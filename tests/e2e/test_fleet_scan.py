@@ -17,8 +17,8 @@ import pytest
 from llmdiag.model import FleetReport
 from llmdiag.sim.presets import get_preset
 from llmdiag.sim.server import ClosedLoopLoad, SimServer
-from tests import browser
 from tests.conftest import run_cli
+from tests.support import browser
 
 WINDOW = ("--duration", "3", "--timeout", "2")
 

@@ -16,9 +16,9 @@ import pytest
 
 from llmdiag.model import LoadPoint, LoadReport, Percentiles, Verdict
 from llmdiag.render.html import render_html
-from tests import browser
 from tests.conftest import run_cli
 from tests.e2e.test_bad_input import assert_clean_error
+from tests.support import browser
 from tests.support.httpserver import Reply, ScriptedServer
 
 SCAN_CHARTS = ("requests", "kv", "preemptions", "tokens", "gpu_util", "gpu_memory", "ttft", "itl")
