@@ -22,7 +22,7 @@ UNIT_LABELS = {
 }
 
 # large physical quantities in the prefix a person reads them in: (unit, [(factor, label), …] largest first)
-SCALED_UNITS = {
+SCALED_UNITS: dict[str, list[tuple[float, str]]] = {
     "bytes": [(2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")],
     "bytes/s": [(1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")],
     "hertz": [(1e9, "GHz"), (1e6, "MHz")],

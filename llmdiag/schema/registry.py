@@ -38,7 +38,7 @@ from llmdiag.errors import RuleSpecError
 from llmdiag.schema.base import _Strict
 from llmdiag.schema.logs import LogSpec
 from llmdiag.schema.probes import STAT_NAMES, ProbeSpec
-from llmdiag.schema.rules import PLACEHOLDER_RE, RuleSpec
+from llmdiag.schema.rules import PLACEHOLDER_RE, RuleSpec, SignalRef
 
 SIGNALS_PATH = "probes/signals.toml"
 SignalKind = Literal["gauge", "counter", "histogram", "info", "derived"]
@@ -135,7 +135,7 @@ class SignalRegistry:
 
     def rule_problems(self, rule: RuleSpec) -> list[tuple[str, str]]:
         """(field, reason) for every input of the rule, and every placeholder of its summary, it cannot read."""
-        refs = [("severity", rule.severity)]
+        refs: list[tuple[str, SignalRef]] = [("severity", rule.severity)]
         refs += [(f"gate.{i}", ref) for i, ref in enumerate(rule.gate)]
         refs += [(f"evidence.{i}", ref) for i, ref in enumerate(rule.evidence)]
         found = [(field, why) for field, ref in refs if (why := self.ref_problem(ref.signal, ref.stat))]
@@ -175,7 +175,7 @@ def _log_declarations(logs: LogSpec) -> list[DeclaredSignal]:
     """A log field becomes a gauge (a level) or a counter (rates, counts and running totals all accumulate)."""
     declared: dict[str, DeclaredSignal] = {}
     for field in logs.field:
-        kind = "gauge" if field.kind == "gauge" else "counter"
+        kind: SignalKind = "gauge" if field.kind == "gauge" else "counter"
         help_text = f"from server logs: the {field.name!r} field of probes/logs.toml"
         declared.setdefault(
             field.signal, DeclaredSignal(name=field.signal, kind=kind, unit=field.unit, producer="logs", help=help_text)

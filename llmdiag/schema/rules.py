@@ -68,7 +68,8 @@ class Ladder(SignalRef):
         return self
 
 
-ENGINES = ("vllm", "sglang", "trtllm", "tgi", "llamacpp")
+Engine = Literal["vllm", "sglang", "trtllm", "tgi", "llamacpp"]
+ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "trtllm", "tgi", "llamacpp")
 
 
 class Fix(_Strict):
@@ -81,9 +82,7 @@ class Fix(_Strict):
     trtllm: list[str] = Field(default_factory=list)
     tgi: list[str] = Field(default_factory=list)
     llamacpp: list[str] = Field(default_factory=list)
-    applies_to: list[Literal["vllm", "sglang", "trtllm", "tgi", "llamacpp"]] = Field(
-        default_factory=lambda: list(ENGINES)
-    )
+    applies_to: list[Engine] = Field(default_factory=lambda: list(ENGINES))
 
     def for_engine(self, engine: str) -> list[str]:
         return list(getattr(self, engine, [])) if engine in ENGINES else []
