@@ -14,10 +14,13 @@ it once). It serves three readers:
 
 - the rule loader: a rule whose gate, severity, evidence or summary reads a signal the registry does not know, or a
   stat that none of that signal's kinds has, is refused at load with a RuleSpecError (``rule_problems``);
-- the producers: engine/derived.py takes each derived signal's unit and meaning from it (``declared``), and a
-  unit test runs every producer and compares what it makes with what it declares (``produced_problems``). The
-  other producers keep saying kind and unit where they build a Signal, as a Signal needs them; the test is what
-  holds the two together, so the lists that existed only for the catalogue test are gone;
+- the producers: engine/derived.py takes each derived signal's unit and meaning from probes/signals.toml
+  (``SignalCatalogue.declared``, failing at import for a name declared nowhere), and a unit test
+  (tests/unit/schema/test_registry.py) runs every producer and compares what it makes with what it declares
+  (``produced_problems``). The other producers keep saying kind and unit where they build a Signal, as a Signal
+  needs them, and the test holds the two together; the name lists that existed only for the catalogue test are
+  gone, and the tables a producer needs for its own work (engine/baseline's history columns, engine/fleet's
+  compared values) are checked by the same test;
 - the catalogue test, which no longer unions those lists by hand.
 
 One name may have several producers, even of different kinds: a log's ``itl_seconds`` is an estimate per stat
