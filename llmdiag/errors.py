@@ -16,6 +16,7 @@
         ├── ProbeTimeout           no answer in --timeout
         ├── HTTPStatusError        401, 403, 404, 5xx …
         ├── NotMetricsError        the page is HTML, JSON, or not a known server's metrics
+        │   └── UnsupportedServerError  no server probe recognises what the URL answers
         ├── ExpositionParseError   truncated or garbage Prometheus text
         ├── ResponseTooLargeError  the page is larger than the read cap
         └── EmptyWindowError       no usable pair of scrapes (e.g. the server restarted mid-scan)
@@ -124,3 +125,13 @@ class BenchFailedError(LlmdiagError):
     """The torchrun job of the NCCL benchmark failed or timed out; the message names the cause, the hint the log."""
 
     hint = "rerun with NCCL_DEBUG=INFO to see which transport NCCL chose"
+
+
+class UnsupportedServerError(NotMetricsError):
+    """No server probe recognises what the URL answers. ``hint`` is a template: ``{servers}`` becomes the list of
+    supported servers (llmdiag.collect.detect.unsupported fills it in)."""
+
+    hint = (
+        "supported: {servers}; if it is one of them, name it with --server NAME (and --metrics-url if its page is "
+        "elsewhere)"
+    )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-from llmdiag._version import __version__
 from llmdiag.api.scan import diagnose
 from llmdiag.api.trace import analyze_traces as analyze_traces
 from llmdiag.client.endpoint import Connection, redact_url
@@ -103,7 +102,6 @@ def fleet_from_signal_sets(
     targets = []
     for name, signals in sorted(instances.items()):
         verdict = build_verdict(signals, settings, target=name)
-        verdict.tool_version = __version__
         targets.append(target_from_verdict(name, "", verdict))
     targets += [target_from_error(name, "", message) for name, message in sorted((errors or {}).items())]
     return build_fleet(targets, settings, source=source, window_seconds=window_seconds, at_unix=at_unix)
@@ -130,7 +128,6 @@ def _judge_instances(result: PrometheusResult, settings: Settings | None) -> dic
     verdicts: dict[str, Verdict] = {}
     for key, signals in result.instances.items():
         verdict = build_verdict(signals, settings, target=f"{key} (prometheus {result.prometheus_url})")
-        verdict.tool_version = __version__
         verdicts[key] = verdict
     return verdicts
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from llmdiag._version import __version__
 from llmdiag.api.trace import analyze_traces as analyze_traces
 from llmdiag.client.endpoint import Connection, redact_url
 from llmdiag.collect.live import TelemetryOptions
@@ -32,7 +31,6 @@ def run_load(
     plan.validate(connection.base_url)
     plan.model = asyncio.run(preflight(connection, plan))
     report = LoadReport(
-        tool_version=__version__,
         target=redact_url(connection.base_url),
         mode="closed" if plan.mode == "closed" else "open",
         prompt_tokens=plan.prompt_tokens.text,
@@ -56,7 +54,6 @@ def run_load(
         )
         if run.signals is not None:
             point.verdict = build_verdict(run.signals, settings, target=report.target)
-            point.verdict.tool_version = __version__
         else:
             report.notes.append(f"at {level:g}: no server-side diagnosis ({run.scan_error})")
         report.points.append(point)

@@ -6,7 +6,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from llmdiag._version import __version__
 from llmdiag.api.trace import analyze_traces as analyze_traces
 from llmdiag.client.endpoint import Connection, redact_url
 from llmdiag.collect import DEFAULT_DURATION_SECONDS
@@ -68,7 +67,6 @@ def diagnose(
         if roofline is not None:
             signals.add(roofline_signal(roofline))
     verdict = build_verdict(signals, settings, target=redact_url(connection.base_url))
-    verdict.tool_version = __version__
     verdict.roofline = roofline
     return verdict
 
@@ -122,9 +120,7 @@ def diagnose_files(
     kwargs = {"max_bytes": max_bytes} if max_bytes else {}
     signals = collect_files(paths, probe=server, **kwargs)
     target = str(paths[0]) if len(paths) == 1 else f"{len(paths)} dumps: {paths[0]} … {paths[-1]}"
-    verdict = build_verdict(signals, settings, target=target)
-    verdict.tool_version = __version__
-    return verdict
+    return build_verdict(signals, settings, target=target)
 
 
 def diagnose_logs(
@@ -141,6 +137,4 @@ def diagnose_logs(
     kwargs = {"max_bytes": max_bytes} if max_bytes else {}
     signals = collect_logs(paths, since=since, until=until, **kwargs)
     target = str(paths[0]) if len(paths) == 1 else f"{len(paths)} logs: {paths[0]} … {paths[-1]}"
-    verdict = build_verdict(signals, settings, target=target)
-    verdict.tool_version = __version__
-    return verdict
+    return build_verdict(signals, settings, target=target)

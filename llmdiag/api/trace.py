@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmdiag._version import __version__
 from llmdiag.collect.trace.analysis import analyze
 from llmdiag.collect.trace.signals import trace_signals
 from llmdiag.config import Settings
@@ -21,10 +20,8 @@ def analyze_traces(
     Files that cannot be read are listed in ``report.problems`` (kind "error") and the other ranks are still analysed.
     """
     report = analyze(paths, link=link, hta_compat=hta_compat)
-    report.tool_version = __version__
     if report.ranks:
         verdict = build_verdict(trace_signals(report), settings, target=", ".join(report.paths))
-        verdict.tool_version = __version__
         if not verdict.findings:
             verdict.summary = (
                 "No communication finding in the trace. A trace shows GPU time and collectives only; memory, "

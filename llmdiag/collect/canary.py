@@ -27,16 +27,7 @@ CANARY_INTERVAL_SECONDS = 1.0
 CANARY_MAX_REQUESTS = 12
 CANARY_TIMEOUT_SECONDS = 30.0
 LABEL = "canary requests"
-# what a scan with canaries adds to the signal set (rules may read them like any probe's signals)
-CANARY_SIGNALS = {
-    "client_ttft_seconds": "histogram",
-    "client_tpot_seconds": "histogram",
-    "client_e2e_seconds": "histogram",
-    "client_request_errors": "derived",
-    "client_requests_sent": "derived",
-    "client_output_tokens": "derived",
-    "client_prompt_tokens": "derived",
-}
+# the signals a scan with canaries adds are declared in probes/signals.toml (producer "canary"); rules may read them
 # the canary in flight at the window's last scrape: the server has counted its prompt and some of its output, but
 # it may end (or be cancelled) without a result that says so; allow for one of each
 PROMPT_TOKENS_IN_FLIGHT = 2 * CANARY_PROMPT_TOKENS

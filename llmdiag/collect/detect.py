@@ -21,15 +21,22 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 
 import requests
 
 from llmdiag.client.endpoint import Connection, redact_url
 from llmdiag.collect.exposition import Scrape, parse_exposition
 from llmdiag.collect.http import HttpMetricsSource
-from llmdiag.errors import ConnectError, HTTPStatusError, NotMetricsError, ProbeError, ProbeTimeout, UsageError
-from llmdiag.schema.loader import load_probe
+from llmdiag.errors import (
+    ConnectError,
+    HTTPStatusError,
+    NotMetricsError,
+    ProbeError,
+    ProbeTimeout,
+    UnsupportedServerError,
+    UsageError,
+)
+from llmdiag.schema.loader import load_probe, probe_names
 from llmdiag.schema.probes import ProbeSpec
 
 PROBE_TIMEOUT_SECONDS = 3.0
@@ -37,32 +44,11 @@ MAX_JSON_BYTES = 1024 * 1024
 SEEN_NAMES = 5
 
 
-class UnsupportedServerError(NotMetricsError):
-    """No server probe recognises what the URL answers."""
-
-    hint = (
-        "supported: {servers}; if it is one of them, name it with --server NAME (and --metrics-url if its page is "
-        "elsewhere)"
-    )
-
-
 @cache
 def server_probes() -> tuple[ProbeSpec, ...]:
-    """Every probe spec of an inference server, in file-name order."""
-    names = sorted(
-        entry.name.removesuffix(".toml")
-        for entry in resources.files("llmdiag.probes").iterdir()
-        if entry.name.endswith(".toml")
-    )
-    specs = []
-    for name in names:
-        try:
-            spec = load_probe(name)
-        except Exception:  # data tables that are not probe specs (links, collectives, logs …)
-            continue
-        if spec.role == "server":
-            specs.append(spec)
-    return tuple(specs)
+    """Every probe spec of an inference server, in file-name order. A broken spec raises its RuleSpecError: it
+    must not drop silently out of detection."""
+    return tuple(spec for spec in map(load_probe, probe_names()) if spec.role == "server")
 
 
 def server_names() -> list[str]:

@@ -26,17 +26,14 @@ import re
 import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from importlib import resources
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llmdiag.collect.exposition import Scrape
 from llmdiag.collect.signals import build_signal_set
-from llmdiag.errors import InputFileError, RuleSpecError, UsageError
+from llmdiag.errors import InputFileError, UsageError
 from llmdiag.model import Signal, SignalSet
 from llmdiag.schema.loader import load_probe
+from llmdiag.schema.logs import LogField, LogSpec, load_log_spec
 from llmdiag.schema.probes import ProbeSpec, SignalSpec
 
 LOG_HINT = (
@@ -50,79 +47,6 @@ NOT_IN_LOGS = (
     "not in server logs: the stat-logger lines carry no latency histograms or request counts; save /metrics "
     "(curl -s URL/metrics > metrics.prom) or scan the live server for it"
 )
-
-
-# ---------------------------------------------------------------------------------------------
-# the spec (probes/logs.toml)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-def _compiles(pattern: str) -> str:
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"not a valid regular expression: {exc}") from None
-    return pattern
-
-
-class LogPrefix(_Strict):
-    name: str
-    pattern: str
-    time_format: str
-
-    _check = field_validator("pattern")(lambda cls, v: _compiles(v))
-
-
-class LogLine(_Strict):
-    name: str
-    server: Literal["vllm", "sglang", "trtllm"]
-    prefix: str
-    pattern: str
-    optional: list[str] = Field(default_factory=list)
-    absent_zero: list[str] = Field(default_factory=list)
-    itl_estimate: bool = False
-
-    _check = field_validator("pattern")(lambda cls, v: _compiles(v))
-
-    @field_validator("optional")
-    @classmethod
-    def _check_optional(cls, patterns: list[str]) -> list[str]:
-        return [_compiles(p) for p in patterns]
-
-
-class LogField(_Strict):
-    name: str
-    signal: str
-    kind: Literal["gauge", "rate", "count", "cumulative"]
-    unit: str
-    scale: float = 1.0
-    aggregate: Literal["sum", "mean"] = "sum"
-
-
-class LogSpec(_Strict):
-    prefix: list[LogPrefix]
-    line: list[LogLine]
-    field: list[LogField]
-
-
-def load_log_spec() -> LogSpec:
-    from llmdiag.schema.loader import _parse
-
-    text = (resources.files("llmdiag.probes") / "logs.toml").read_text(encoding="utf-8")
-    spec = _parse(LogSpec, "probes/logs.toml", text)
-    prefixes = {p.name for p in spec.prefix}
-    fields = {f.name for f in spec.field}
-    for line in spec.line:
-        if line.prefix not in prefixes:
-            raise RuleSpecError("probes/logs.toml", f"line.{line.name}.prefix", f"no prefix named {line.prefix!r}")
-        for pattern in (line.pattern, *line.optional):
-            for group in re.compile(pattern).groupindex:
-                if group not in fields and group not in ("engine", "mode"):
-                    raise RuleSpecError("probes/logs.toml", f"line.{line.name}", f"group {group!r} has no [[field]]")
-    return spec
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,15 +12,13 @@ from dataclasses import dataclass, field
 
 from llmdiag.model import Signal, SignalSet
 
-# history column → (baseline signal, unit)
+# history column → (baseline signal, unit); each is declared in probes/signals.toml (producer "baseline")
 BASELINE_SIGNALS: dict[str, tuple[str, str]] = {
     "ttft_p95_seconds": ("baseline_ttft_p95_seconds", "seconds"),
     "tpot_p95_seconds": ("baseline_tpot_p95_seconds", "seconds"),
     "generation_tokens_per_second": ("baseline_generation_tokens_per_second", "tokens/s"),
     "requests_running_mean": ("baseline_requests_running_avg", "requests"),
 }
-# what the rule catalogue may read: name → kind
-HISTORY_SIGNALS = {name: "derived" for name, _ in BASELINE_SIGNALS.values()}
 
 
 @dataclass

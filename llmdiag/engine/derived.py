@@ -1,7 +1,8 @@
 """Named derived signals: logic too rich for a rule's ladder and gate, in small typed functions.
 
 Each function reads a SignalSet and returns a value, or raises ``Missing`` with the reason.
-Rules then refer to the result by name like any measured signal (stat ``value``).
+Rules then refer to the result by name like any measured signal (stat ``value``). Each signal's unit and meaning
+are declared in probes/signals.toml (llmdiag.schema.registry); its formula is said here, beside its code.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmdiag.model import Signal, SignalSet
+from llmdiag.schema.loader import load_code_signals
 
 
 class Missing(Exception):
@@ -28,11 +30,13 @@ class Derived:
 REGISTRY: list[Derived] = []
 
 
-def derived(
-    name: str, unit: str, help: str, formula: str
-) -> Callable[[Callable[[SignalSet], float]], Callable[[SignalSet], float]]:
+def derived(name: str, formula: str) -> Callable[[Callable[[SignalSet], float]], Callable[[SignalSet], float]]:
+    """Register a derived signal. Its unit and meaning are declared in probes/signals.toml (producer "derived"); a
+    name declared nowhere fails at import, so the code and the catalogue cannot drift apart."""
+    declared = load_code_signals().declared("derived", name)
+
     def register(fn: Callable[[SignalSet], float]) -> Callable[[SignalSet], float]:
-        REGISTRY.append(Derived(name, unit, help, formula, fn))
+        REGISTRY.append(Derived(name, declared.unit, declared.help, formula, fn))
         return fn
 
     return register
@@ -66,32 +70,17 @@ def _share(signals: SignalSet, part: str, whole: str) -> float:
     return share
 
 
-@derived(
-    "queue_share_of_ttft_ratio",
-    "ratio",
-    "Mean queue time over mean time to first token in the window.",
-    formula="mean(queue_time) / mean(ttft)",
-)
+@derived("queue_share_of_ttft_ratio", formula="mean(queue_time) / mean(ttft)")
 def queue_share_of_ttft(signals: SignalSet) -> float:
     return _share(signals, "queue_time_seconds", "ttft_seconds")
 
 
-@derived(
-    "prefill_share_of_ttft_ratio",
-    "ratio",
-    "Mean prefill time over mean time to first token in the window.",
-    formula="mean(prefill_time) / mean(ttft)",
-)
+@derived("prefill_share_of_ttft_ratio", formula="mean(prefill_time) / mean(ttft)")
 def prefill_share_of_ttft(signals: SignalSet) -> float:
     return _share(signals, "prefill_time_seconds", "ttft_seconds")
 
 
-@derived(
-    "frontend_overhead_seconds",
-    "seconds",
-    "Mean TTFT minus mean queue and prefill time: tokenization, IPC and API-server CPU.",
-    formula="mean(ttft) - mean(queue_time) - mean(prefill_time)",
-)
+@derived("frontend_overhead_seconds", formula="mean(ttft) - mean(queue_time) - mean(prefill_time)")
 def frontend_overhead(signals: SignalSet) -> float:
     return (
         need(signals, "ttft_seconds", "mean")
@@ -106,22 +95,12 @@ def _client_ttft_gap(signals: SignalSet) -> tuple[float, float]:
     return client - server, client
 
 
-@derived(
-    "client_ttft_gap_seconds",
-    "seconds",
-    "Median TTFT the canary requests saw minus the server's own median TTFT: time outside the engine's clock.",
-    formula="p50(client ttft) - p50(server ttft)",
-)
+@derived("client_ttft_gap_seconds", formula="p50(client ttft) - p50(server ttft)")
 def client_ttft_gap(signals: SignalSet) -> float:
     return _client_ttft_gap(signals)[0]
 
 
-@derived(
-    "client_ttft_gap_ratio",
-    "ratio",
-    "The share of the client's median TTFT that the server's own TTFT does not account for.",
-    formula="(p50(client ttft) - p50(server ttft)) / p50(client ttft)",
-)
+@derived("client_ttft_gap_ratio", formula="(p50(client ttft) - p50(server ttft)) / p50(client ttft)")
 def client_ttft_gap_share(signals: SignalSet) -> float:
     gap, client = _client_ttft_gap(signals)
     if client <= 0:
@@ -129,12 +108,7 @@ def client_ttft_gap_share(signals: SignalSet) -> float:
     return gap / client
 
 
-@derived(
-    "prefix_cache_hit_ratio",
-    "ratio",
-    "Prefix-cache hits over lookups in the window.",
-    formula="rate(prefix_cache_hits) / rate(prefix_cache_queries)",
-)
+@derived("prefix_cache_hit_ratio", formula="rate(prefix_cache_hits) / rate(prefix_cache_queries)")
 def prefix_cache_hit(signals: SignalSet) -> float:
     queries = need(signals, "prefix_cache_queries_per_second", "rate")
     if queries <= 0:
@@ -171,45 +145,22 @@ def _time_average(signals: SignalSet, histogram: str, gauge: str) -> float:
     return max(estimates)
 
 
-@derived(
-    "requests_waiting_avg",
-    "requests",
-    "Time-averaged queue length: the larger of Little's law on request queue times and the waiting gauge's mean "
-    "(each reads low in a different failure: long requests, a starved API server).",
-    formula="max(sum(queue_time) / window, mean waiting gauge)",
-)
+@derived("requests_waiting_avg", formula="max(sum(queue_time) / window, mean waiting gauge)")
 def requests_waiting_avg(signals: SignalSet) -> float:
     return _time_average(signals, "queue_time_seconds", "requests_waiting")
 
 
-@derived(
-    "requests_running_avg",
-    "requests",
-    "Time-averaged batch size: the larger of Little's law on request inference times and the running gauge's "
-    "mean (each reads low in a different failure: long requests, a starved API server).",
-    formula="max(sum(inference_time) / window, mean running gauge)",
-)
+@derived("requests_running_avg", formula="max(sum(inference_time) / window, mean running gauge)")
 def requests_running_avg(signals: SignalSet) -> float:
     return _time_average(signals, "inference_time_seconds", "requests_running")
 
 
-@derived(
-    "requests_in_system",
-    "requests",
-    "Mean requests running plus waiting, from the time averages.",
-    formula="requests_running_avg + requests_waiting_avg",
-)
+@derived("requests_in_system", formula="requests_running_avg + requests_waiting_avg")
 def requests_in_system(signals: SignalSet) -> float:
     return requests_running_avg(signals) + requests_waiting_avg(signals)
 
 
-@derived(
-    "running_at_peak_ratio",
-    "ratio",
-    "Share of scrapes in which the running gauge sat at its window maximum: near 1 means a hard cap "
-    "such as --max-num-seqs.",
-    formula="share of scrapes with running gauge = its max",
-)
+@derived("running_at_peak_ratio", formula="share of scrapes with running gauge = its max")
 def running_at_peak(signals: SignalSet) -> float:
     running = signals.get("requests_running")
     peak = need(signals, "requests_running", "max")
@@ -218,13 +169,7 @@ def running_at_peak(signals: SignalSet) -> float:
     return sum(1 for _, v in running.samples if v >= peak) / len(running.samples)
 
 
-@derived(
-    "batch_slots_in_use_ratio",
-    "ratio",
-    "The running gauge's window maximum over the server's cap on requests in flight (llama.cpp's --parallel slots "
-    "from /props, TensorRT-LLM's maxNumActiveRequests): 1 means every slot was busy.",
-    formula="max(requests_running) / max_active_requests",
-)
+@derived("batch_slots_in_use_ratio", formula="max(requests_running) / max_active_requests")
 def batch_slots_in_use(signals: SignalSet) -> float:
     cap = need(signals, "max_active_requests", "last")
     if cap <= 0:
@@ -232,13 +177,7 @@ def batch_slots_in_use(signals: SignalSet) -> float:
     return need(signals, "requests_running", "max") / cap
 
 
-@derived(
-    "running_gauge_zero_under_load_ratio",
-    "ratio",
-    "Share of scrapes whose running gauge read 0 although requests were running on average "
-    "(by Little's law): the gauges are stale or broken.",
-    formula="share of scrapes with running gauge = 0",
-)
+@derived("running_gauge_zero_under_load_ratio", formula="share of scrapes with running gauge = 0")
 def running_gauge_zero_under_load(signals: SignalSet) -> float:
     running = signals.get("requests_running")
     if running is None or running.unavailable or not running.samples:
@@ -248,21 +187,13 @@ def running_gauge_zero_under_load(signals: SignalSet) -> float:
     return sum(1 for _, v in running.samples if v == 0) / len(running.samples)
 
 
-@derived(
-    "per_user_tokens_per_second",
-    "tokens/s",
-    "Output tokens per second each running request receives: generation rate over the mean batch size.",
-    formula="rate(generation_tokens) / requests_running_avg",
-)
+@derived("per_user_tokens_per_second", formula="rate(generation_tokens) / requests_running_avg")
 def per_user_tokens(signals: SignalSet) -> float:
     return _generation_per_head(signals, requests_running_avg(signals), "no running requests in the window")
 
 
 @derived(
     "per_user_tokens_per_second_incl_waiting",
-    "tokens/s",
-    "Output tokens per second per user in the system, queued ones included: what a user who just sent a "
-    "request gets on average.",
     formula="rate(generation_tokens) / (requests_running_avg + requests_waiting_avg)",
 )
 def per_user_tokens_incl_waiting(signals: SignalSet) -> float:
@@ -275,25 +206,14 @@ def _generation_per_head(signals: SignalSet, heads: float, none_reason: str) -> 
     return need(signals, "generation_tokens_per_second", "rate") / heads
 
 
-@derived(
-    "preemptions_per_finished_request",
-    "preemptions/request",
-    "Preemptions in the window per request that finished in it (at least one): how often work is redone.",
-    formula="increase(preemptions) / increase(request_success)",
-)
+@derived("preemptions_per_finished_request", formula="increase(preemptions) / increase(request_success)")
 def preemptions_per_finished_request(signals: SignalSet) -> float:
     preemptions = need(signals, "preemptions_per_second", "increase")
     finished = need(signals, "requests_finished_per_second", "increase")
     return preemptions / max(finished, 1.0)
 
 
-@derived(
-    "engine_load_imbalance_ratio",
-    "ratio",
-    "Busiest engine's (vLLM engine, SGLang dp_rank) mean requests (running + waiting) over the mean across engines; "
-    "1.0 is balanced.",
-    formula="max / mean of per-engine running + waiting",
-)
+@derived("engine_load_imbalance_ratio", formula="max / mean of per-engine running + waiting")
 def engine_imbalance(signals: SignalSet) -> float:
     load: dict[str, float] = {}
     for name in ("requests_running", "requests_waiting"):
@@ -312,13 +232,7 @@ def engine_imbalance(signals: SignalSet) -> float:
     return max(load.values()) / mean
 
 
-@derived(
-    "histogram_count_excess_ratio",
-    "ratio",
-    "Finished requests in the end-to-end latency histogram over the request_success counter; they count "
-    "the same events, so far from 1 means a broken exporter.",
-    formula="increase(e2e_latency count) / increase(request_success)",
-)
+@derived("histogram_count_excess_ratio", formula="increase(e2e_latency count) / increase(request_success)")
 def histogram_excess(signals: SignalSet) -> float:
     finished = need(signals, "requests_finished_per_second", "increase")
     if finished < 5:
@@ -331,13 +245,7 @@ GPU_BUSY_FLOOR = 0.05
 LINKS = {"NVLink": "nvlink", "PCIe": "pcie"}
 
 
-@derived(
-    "sm_idle_while_gpu_busy_ratio",
-    "ratio",
-    "Share of the time a kernel ran in which the SMs sat idle: 1 - SM active / GPU utilisation (DCGM). Kernels "
-    "that hold the GPU without using its SMs are collectives waiting on a link (NCCL runs on a few SMs) or copies.",
-    formula="1 - mean(sm_active) / mean(gpu_utilization), clamped to [0, 1]",
-)
+@derived("sm_idle_while_gpu_busy_ratio", formula="1 - mean(sm_active) / mean(gpu_utilization), clamped to [0, 1]")
 def sm_idle_while_gpu_busy(signals: SignalSet) -> float:
     busy = need(signals, "gpu_utilization_ratio", "mean")
     if busy < GPU_BUSY_FLOOR:
@@ -345,13 +253,7 @@ def sm_idle_while_gpu_busy(signals: SignalSet) -> float:
     return min(1.0, max(0.0, 1.0 - need(signals, "sm_active_ratio", "mean") / busy))
 
 
-@derived(
-    "interconnect_bytes_per_second",
-    "bytes/s",
-    "Inter-GPU link traffic on the busiest GPU: sent plus received bytes per second, on NVLink or on PCIe, "
-    "whichever carries more (DCGM profiling fields).",
-    formula="max over GPUs and over {NVLink, PCIe} of (tx + rx) bytes/s",
-)
+@derived("interconnect_bytes_per_second", formula="max over GPUs and over {NVLink, PCIe} of (tx + rx) bytes/s")
 def interconnect_bytes(signals: SignalSet) -> float:
     best: float | None = None
     why: list[str] = []
@@ -389,11 +291,7 @@ def _per_gpu(signals: SignalSet, *refs: tuple[str, str]) -> list[tuple[float, ..
 
 
 @derived(
-    "gpu_memory_used_ratio",
-    "ratio",
-    "Framebuffer in use on the fullest GPU (or MIG instance) over what it can allocate. Engines preallocate most "
-    "of it, so near full is normal for one server; it is an out-of-memory risk, not KV-cache pressure.",
-    formula="max over GPUs of used / (used + free), or used / total where free is not reported",
+    "gpu_memory_used_ratio", formula="max over GPUs of used / (used + free), or used / total where free is not reported"
 )
 def gpu_memory_used(signals: SignalSet) -> float:
     # used + free leaves out memory the driver reserves (DCGM's FB_RESERVED): it is what allocations can still get
@@ -411,13 +309,7 @@ def gpu_memory_used(signals: SignalSet) -> float:
     return max(ratios)
 
 
-@derived(
-    "gpu_power_ratio",
-    "ratio",
-    "Power draw of the hungriest GPU over its enforced power limit: near 1 the GPU is power-capped; at a tenth to "
-    "a quarter it is idling, whatever its utilisation says.",
-    formula="max over GPUs of mean(power) / mean(power limit)",
-)
+@derived("gpu_power_ratio", formula="max over GPUs of mean(power) / mean(power limit)")
 def gpu_power(signals: SignalSet) -> float:
     rows = _per_gpu(signals, ("gpu_power_watts", "mean"), ("gpu_power_limit_watts", "mean"))
     ratios = [power / limit for power, limit in rows if limit > 0]
@@ -426,13 +318,7 @@ def gpu_power(signals: SignalSet) -> float:
     return max(ratios)
 
 
-@derived(
-    "sm_clock_ratio",
-    "ratio",
-    "SM clock of the slowest GPU over the highest clock it supports, averaged over the window: below 1 under load "
-    "the clocks are held down (power, heat, or an application clock setting).",
-    formula="min over GPUs of mean(SM clock) / max SM clock",
-)
+@derived("sm_clock_ratio", formula="min over GPUs of mean(SM clock) / max SM clock")
 def sm_clock(signals: SignalSet) -> float:
     rows = _per_gpu(signals, ("sm_clock_hertz", "mean"), ("sm_clock_max_hertz", "mean"))
     ratios = [clock / highest for clock, highest in rows if highest > 0]
@@ -454,13 +340,7 @@ def pcie_link_bytes_per_second(generation: float, lanes: float) -> float:
     return PCIE_LANE_BYTES_PER_SECOND[gen] * lanes
 
 
-@derived(
-    "pcie_link_speed_ratio",
-    "ratio",
-    "Bandwidth of the PCIe link as trained over what the GPU and its slot support, on the worst GPU: 0.5 is one "
-    "generation down or half the lanes (Gen3 x8 on a Gen5 x16 card is 0.125).",
-    formula="min over GPUs of lane rate(gen) x width / (lane rate(max gen) x max width)",
-)
+@derived("pcie_link_speed_ratio", formula="min over GPUs of lane rate(gen) x width / (lane rate(max gen) x max width)")
 def pcie_link_speed(signals: SignalSet) -> float:
     rows = _per_gpu(
         signals,
@@ -475,24 +355,13 @@ def pcie_link_speed(signals: SignalSet) -> float:
     )
 
 
-@derived(
-    "pcie_link_capacity_bytes_per_second",
-    "bytes/s",
-    "Per-direction bandwidth of the slowest GPU's PCIe link as currently trained.",
-    formula="min over GPUs of lane rate(gen) x width",
-)
+@derived("pcie_link_capacity_bytes_per_second", formula="min over GPUs of lane rate(gen) x width")
 def pcie_link_capacity(signals: SignalSet) -> float:
     rows = _per_gpu(signals, ("pcie_link_generation", "min"), ("pcie_link_width_lanes", "min"))
     return min(pcie_link_bytes_per_second(gen, width) for gen, width in rows)
 
 
-@derived(
-    "link_utilization_ratio",
-    "ratio",
-    "The busiest GPU link's traffic over its capacity, in its busier direction: PCIe (as trained) or NVLink "
-    "(active links x per-link rate), whichever is fuller.",
-    formula="max over GPUs and links of max(tx, rx) / per-direction capacity",
-)
+@derived("link_utilization_ratio", formula="max over GPUs and links of max(tx, rx) / per-direction capacity")
 def link_utilization(signals: SignalSet) -> float:
     shares: list[float] = []
     why: list[str] = []
@@ -532,9 +401,6 @@ LINK_ERROR_SIGNALS = (
 
 @derived(
     "link_errors_per_second",
-    "errors/s",
-    "PCIe replays plus NVLink CRC, replay and recovery errors per second over all GPUs, from whichever of the "
-    "counters are collected (PCIe replays are in dcgm-exporter's defaults, the NVLink ones are not).",
     formula="sum of rate(PCIe replays, NVLink CRC, NVLink replays, NVLink recoveries) that are available",
 )
 def link_errors(signals: SignalSet) -> float:
@@ -552,9 +418,6 @@ def link_errors(signals: SignalSet) -> float:
 
 @derived(
     "roofline_fraction_ratio",
-    "ratio",
-    "Measured decode tokens/s over the physics ceiling of the deployment (peak FLOP/s and HBM bandwidth of its GPU "
-    "for its model): only when the scan knows the GPU and the model.",
     formula="measured decode tokens/s / roofline ceiling (set by the scan from --gpu and --model-shape)",
 )
 def roofline_fraction(signals: SignalSet) -> float:
@@ -578,43 +441,24 @@ def _vs_baseline(signals: SignalSet, current: str, stat: str, baseline: str) -> 
     return need(signals, current, stat) / base
 
 
-@derived(
-    "ttft_p95_vs_baseline_ratio",
-    "ratio",
-    "Time to first token p95 in this window over its median in the target's past checks (1: as usual).",
-    formula="ttft_seconds.p95 / baseline_ttft_p95_seconds",
-)
+@derived("ttft_p95_vs_baseline_ratio", formula="ttft_seconds.p95 / baseline_ttft_p95_seconds")
 def ttft_p95_vs_baseline(signals: SignalSet) -> float:
     return _vs_baseline(signals, "ttft_seconds", "p95", "baseline_ttft_p95_seconds")
 
 
-@derived(
-    "tpot_p95_vs_baseline_ratio",
-    "ratio",
-    "Time per output token p95 in this window over its median in the target's past checks (1: as usual).",
-    formula="tpot_seconds.p95 / baseline_tpot_p95_seconds",
-)
+@derived("tpot_p95_vs_baseline_ratio", formula="tpot_seconds.p95 / baseline_tpot_p95_seconds")
 def tpot_p95_vs_baseline(signals: SignalSet) -> float:
     return _vs_baseline(signals, "tpot_seconds", "p95", "baseline_tpot_p95_seconds")
 
 
 @derived(
-    "generation_throughput_vs_baseline_ratio",
-    "ratio",
-    "Output tokens per second in this window over the median of the target's past checks (1: as usual).",
-    formula="rate(generation_tokens) / baseline_generation_tokens_per_second",
+    "generation_throughput_vs_baseline_ratio", formula="rate(generation_tokens) / baseline_generation_tokens_per_second"
 )
 def generation_throughput_vs_baseline(signals: SignalSet) -> float:
     return _vs_baseline(signals, "generation_tokens_per_second", "rate", "baseline_generation_tokens_per_second")
 
 
-@derived(
-    "requests_running_vs_baseline_ratio",
-    "ratio",
-    "Mean running requests in this window over the median of the target's past checks: below 1 the server had "
-    "less to do than usual, so less throughput is less demand, not a regression.",
-    formula="requests_running_avg / baseline_requests_running_avg",
-)
+@derived("requests_running_vs_baseline_ratio", formula="requests_running_avg / baseline_requests_running_avg")
 def requests_running_vs_baseline(signals: SignalSet) -> float:
     return _vs_baseline(signals, "requests_running_avg", "value", "baseline_requests_running_avg")
 

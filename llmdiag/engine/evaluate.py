@@ -28,7 +28,7 @@ from llmdiag.model import (
     Verdict,
 )
 from llmdiag.schema.loader import load_rules
-from llmdiag.schema.rules import Condition, Ladder, RuleSpec, SignalRef
+from llmdiag.schema.rules import PLACEHOLDER_RE, Condition, Ladder, RuleSpec, SignalRef
 
 # signals without which "healthy" cannot be claimed
 CORE_SIGNALS = ("requests_running", "requests_waiting", "kv_cache_usage_ratio", "ttft_seconds", "itl_seconds")
@@ -56,7 +56,6 @@ NOT_EVALUATED_REASON = {
     ),
 }
 TELEMETRY_PROBES = {Category.network: frozenset({"dcgm", "nvml"})}
-PLACEHOLDER_RE = re.compile(r"\{([a-z0-9_]+)\.([a-z0-9]+)(?::([^}]+))?\}")
 
 
 def _lookup(signals: SignalSet, ref: SignalRef) -> tuple[float | None, str]:

@@ -32,7 +32,6 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 
-from llmdiag._version import __version__
 from llmdiag.config import Settings
 from llmdiag.engine.evaluate import evaluate_rule
 from llmdiag.model import (
@@ -45,14 +44,16 @@ from llmdiag.model import (
     ReplicaNumbers,
     Signal,
     SignalSet,
+    State,
     Transition,
     Verdict,
+    state_of,
 )
 from llmdiag.schema.loader import load_rules
 
 PEER_ZERO_RATIO = 1000.0
 MAX_RATIO = 1e6
-# fleet signal → (unit, what the per-replica values are): the catalogue test reads this
+# fleet signal → (unit, what the per-replica values are); each is declared in probes/signals.toml ("fleet")
 FLEET_SIGNALS: dict[str, tuple[str, str]] = {
     "fleet_replicas_judged": ("count", "replicas with a verdict"),
     "replica_request_rate_max_per_second": ("requests/s", "finished requests/s"),
@@ -62,7 +63,6 @@ FLEET_SIGNALS: dict[str, tuple[str, str]] = {
     "replica_ttft_p90_max_seconds": ("seconds", "TTFT p90 (seconds)"),
     "replica_ttft_p90_max_over_peers_ratio": ("ratio", "TTFT p90 (seconds)"),
 }
-STATE_RANK = {"CRITICAL": 3, "WARNING": 2, "UNKNOWN": 1, "OK": 0}
 BAD_CLASSES = (Bottleneck.memory, Bottleneck.compute, Bottleneck.scheduling, Bottleneck.network)
 GOOD_CLASSES = (Bottleneck.healthy, Bottleneck.idle)
 
@@ -87,8 +87,6 @@ def replica_numbers(verdict: Verdict) -> ReplicaNumbers:
 
 
 def target_from_verdict(name: str, url: str, verdict: Verdict, keep_verdict: bool = True) -> FleetTarget:
-    from llmdiag.model.check import state_of
-
     classed = [f for f in verdict.findings if f.category.value == verdict.bottleneck.value and not f.advisory]
     worst = verdict.worst_severity()
     waiting = verdict.signals.get("requests_waiting")
@@ -97,7 +95,7 @@ def target_from_verdict(name: str, url: str, verdict: Verdict, keep_verdict: boo
         url=url,
         bottleneck=verdict.bottleneck,
         confidence=verdict.confidence,
-        state=state_of(verdict).name,  # type: ignore[arg-type]
+        state=state_of(verdict).name,
         worst_severity=worst,
         primary=classed[0].code if classed else "",
         summary=verdict.summary,
@@ -112,7 +110,7 @@ def target_from_error(name: str, url: str, message: str, hint: str = "") -> Flee
         name=name,
         url=url,
         bottleneck=Bottleneck.unknown,
-        state="UNKNOWN",
+        state=State.UNKNOWN.name,
         error=message,
         hint=hint,
         summary=f"not judged: {message}",
@@ -240,7 +238,7 @@ def fleet_signal_set(targets: list[FleetTarget], window_seconds: float | None = 
 
 def _order_key(target: FleetTarget, flagged: dict[str, int]) -> tuple:
     """A replica that a fleet rule names counts as at least that rule's severity (warning 2, critical 3)."""
-    rank = max(STATE_RANK[target.state], flagged.get(target.name, 0))
+    rank = max(State[target.state].rank, flagged.get(target.name, 0))
     margin = 0.0
     if target.verdict is not None and target.verdict.findings:
         margin = max(f.margin for f in target.verdict.findings)
@@ -260,7 +258,6 @@ def build_fleet(
     targets = list(targets)
     signals, extremes = fleet_signal_set(targets, window_seconds)
     report = FleetReport(
-        tool_version=__version__,
         source=source,
         window_seconds=window_seconds,
         at_unix=at_unix if at_unix is not None else time.time(),

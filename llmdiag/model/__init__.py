@@ -6,7 +6,6 @@ Every model is importable from here (``from llmdiag.model import Verdict``); eac
 """
 
 from llmdiag.model.capacity import (
-    CAPACITY_SCHEMA_VERSION,
     CapacityInputs,
     CapacityReport,
     HardwareFacts,
@@ -19,7 +18,7 @@ from llmdiag.model.capacity import (
     SimulatedCapacity,
     TtftBurst,
 )
-from llmdiag.model.check import CheckReport, State, TargetResult, state_of, worst
+from llmdiag.model.check import CheckReport, TargetResult
 from llmdiag.model.fleet import (
     FleetFinding,
     FleetReport,
@@ -37,7 +36,7 @@ from llmdiag.model.nccl import (
     NcclBenchOptions,
     NcclBenchReport,
 )
-from llmdiag.model.report import SCHEMA_VERSION
+from llmdiag.model.report import SCHEMA_VERSION, Report, Versioned
 from llmdiag.model.signals import Signal, SignalKind, SignalSet, SourceInfo, Window, WindowKind
 from llmdiag.model.trace import CollectiveStats, RankStats, Straggler, TraceProblem, TraceReport
 from llmdiag.model.verdict import (
@@ -52,14 +51,16 @@ from llmdiag.model.verdict import (
     Roofline,
     RuleOutcome,
     Severity,
+    State,
     Verdict,
+    state_of,
+    worst,
 )
 
 __all__ = [
     "BOTTLENECK_CATEGORIES",
     "BenchLink",
     "Bottleneck",
-    "CAPACITY_SCHEMA_VERSION",
     "CapacityInputs",
     "CapacityReport",
     "Category",
@@ -89,6 +90,7 @@ __all__ = [
     "Percentiles",
     "RankStats",
     "ReplicaNumbers",
+    "Report",
     "Resource",
     "ResourceUse",
     "Roofline",
@@ -109,6 +111,7 @@ __all__ = [
     "Transition",
     "TtftBurst",
     "Verdict",
+    "Versioned",
     "Window",
     "WindowKind",
     "state_of",

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from llmdiag.model.report import Versioned
+
 StepBound = Literal["compute", "hbm_bandwidth", "interconnect", "scheduler"]  # what sets a step's time
 
 
@@ -21,8 +23,6 @@ class StepTime:
     step_seconds: float
     bound_by: StepBound  # the largest of the four terms
 
-
-CAPACITY_SCHEMA_VERSION = "1"
 
 Resource = Literal[
     "kv_memory", "max_num_seqs", "max_num_batched_tokens", "compute", "hbm_bandwidth", "interconnect", "scheduler"
@@ -164,8 +164,7 @@ class SimulatedCapacity(BaseModel):
     limited_detail: str
 
 
-class CapacityReport(BaseModel):
-    schema_version: str = CAPACITY_SCHEMA_VERSION
+class CapacityReport(Versioned):
     kind: Literal["capacity"] = "capacity"
     summary: str
     inputs: CapacityInputs

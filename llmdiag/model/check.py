@@ -1,41 +1,18 @@
-"""`llmdiag check`: Nagios states (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN) per target, and the check report."""
+"""`llmdiag check`: Nagios states (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN) per target, and the check report.
+
+The state itself (``State``, ``state_of``, ``worst``) is the verdict's Nagios reading and lives with it
+(llmdiag.model.verdict); it is named here too, where check's callers look for it.
+"""
 
 from __future__ import annotations
 
-from enum import IntEnum
-
 from pydantic import BaseModel, Field
 
-from llmdiag._version import __version__
 from llmdiag.model.fleet import FleetFinding
-from llmdiag.model.verdict import Bottleneck, Category, Severity, Verdict
+from llmdiag.model.report import Report
+from llmdiag.model.verdict import State, Verdict, state_of, worst
 
-
-class State(IntEnum):
-    OK = 0
-    WARNING = 1
-    CRITICAL = 2
-    UNKNOWN = 3
-
-    @property
-    def rank(self) -> int:
-        """Worse is higher: CRITICAL > WARNING > UNKNOWN > OK."""
-        return {State.OK: 0, State.UNKNOWN: 1, State.WARNING: 2, State.CRITICAL: 3}[self]
-
-
-def worst(states: list[State]) -> State:
-    return max(states, key=lambda s: s.rank) if states else State.UNKNOWN
-
-
-def state_of(verdict: Verdict) -> State:
-    counted = [Severity.warning if f.category is Category.sanity else f.severity for f in verdict.findings]
-    if Severity.critical in counted:
-        return State.CRITICAL
-    if Severity.warning in counted:
-        return State.WARNING
-    if verdict.bottleneck is Bottleneck.unknown:
-        return State.UNKNOWN
-    return State.OK
+__all__ = ["CheckReport", "State", "TargetResult", "state_of", "worst"]
 
 
 class TargetResult(BaseModel):
@@ -49,10 +26,9 @@ class TargetResult(BaseModel):
     muted: list[str] = Field(default_factory=list)  # "CODE: reason" of the muted rules
 
 
-class CheckReport(BaseModel):
+class CheckReport(Report):
     state: State
     at_unix: float
-    tool_version: str = __version__
     targets: list[TargetResult]
     history: str | None = None  # the database path, None with --no-history
     # outputs that failed (textfile, pushgateway, history): each is also an UNKNOWN in the state

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
-from llmdiag.model.report import SCHEMA_VERSION
+from llmdiag.model.report import Report
 from llmdiag.model.signals import Signal
-from llmdiag.model.verdict import Bottleneck, Finding, RuleOutcome, Severity, Verdict
+from llmdiag.model.verdict import Bottleneck, Finding, RuleOutcome, Severity, State, Verdict
+
+
+def _state_name(value: object) -> object:
+    """A State, or its name: kept as the name (the JSON says "WARNING"), refused when it is not a State's."""
+    if isinstance(value, State):
+        return value.name
+    if isinstance(value, str) and value not in State.__members__:
+        raise ValueError(f"not a state: {value!r}; one of {', '.join(State.__members__)}")
+    return value
+
+
+# a State by its name, as `llmdiag check` would call the replica
+StateName = Annotated[str, BeforeValidator(_state_name)]
 
 # ---------------------------------------------------------------------------------------------
 # fleets: several replicas of one service (direct targets, or a Prometheus selector's instances)
@@ -33,7 +46,7 @@ class FleetTarget(BaseModel):
     url: str = ""  # credentials removed; empty for a Prometheus instance
     bottleneck: Bottleneck = Bottleneck.unknown
     confidence: float | None = None
-    state: Literal["OK", "WARNING", "CRITICAL", "UNKNOWN"] = "UNKNOWN"  # as `llmdiag check` would call it
+    state: StateName = State.UNKNOWN.name  # as `llmdiag check` would call it
     worst_severity: Severity | None = None
     primary: str = ""  # the code of the finding that set the class
     summary: str = ""
@@ -56,9 +69,7 @@ class FleetFinding(BaseModel):
     compared: str = ""  # what the values are, e.g. "finished requests/s"
 
 
-class FleetReport(BaseModel):
-    schema_version: str = SCHEMA_VERSION
-    tool_version: str = ""
+class FleetReport(Report):
     kind: Literal["fleet"] = "fleet"
     source: str = ""  # "direct targets", or the Prometheus URL and selector
     at_unix: float | None = None

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from llmdiag.model.report import SCHEMA_VERSION
+from llmdiag.model.report import Report
 from llmdiag.model.verdict import Bottleneck, Verdict
 
 # ---------------------------------------------------------------------------------------------
@@ -86,9 +86,7 @@ class Knee(BaseModel):
     bottleneck: Bottleneck | None = None
 
 
-class LoadReport(BaseModel):
-    schema_version: str = SCHEMA_VERSION
-    tool_version: str = ""
+class LoadReport(Report):
     target: str = ""
     model: str = ""
     mode: Literal["closed", "open"] = "closed"

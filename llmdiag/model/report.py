@@ -1,5 +1,23 @@
-"""What every report shares: the schema version of the JSON that llmdiag writes (a public interface)."""
+"""What every report shares: the schema version of the JSON that llmdiag writes (a public interface), and the
+version of the llmdiag that wrote it.
+
+A report model inherits ``Report`` (or ``Versioned``, for a report that is a pure function of its inputs and so
+names no tool version: ``llmdiag capacity``), so its JSON starts with those keys in that order and ``tool_version``
+is stamped once, here, when the report is made. A report read back from a file keeps the version that wrote it.
+"""
 
 from __future__ import annotations
 
+from pydantic import BaseModel
+
+from llmdiag._version import __version__
+
 SCHEMA_VERSION = "1"
+
+
+class Versioned(BaseModel):
+    schema_version: str = SCHEMA_VERSION
+
+
+class Report(Versioned):
+    tool_version: str = __version__

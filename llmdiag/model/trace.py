@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from llmdiag.model.report import SCHEMA_VERSION
+from llmdiag.model.report import Report
 from llmdiag.model.verdict import Verdict
 
 # ---------------------------------------------------------------------------------------------
@@ -77,9 +77,7 @@ class TraceProblem(BaseModel):
     hint: str = ""
 
 
-class TraceReport(BaseModel):
-    schema_version: str = SCHEMA_VERSION
-    tool_version: str = ""
+class TraceReport(Report):
     paths: list[str] = Field(default_factory=list)
     hta_compat: bool = False
     link: str | None = None

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, IntEnum
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from llmdiag.model.report import SCHEMA_VERSION
+from llmdiag.model.report import Report
 from llmdiag.model.signals import Signal, SourceInfo, Window
 
 
@@ -131,9 +131,7 @@ class Roofline(BaseModel):
     bound_by: str  # what sets the ceiling at this batch: compute (math) or hbm_bandwidth, interconnect …
 
 
-class Verdict(BaseModel):
-    schema_version: str = SCHEMA_VERSION
-    tool_version: str = ""
+class Verdict(Report):
     target: str = ""
     bottleneck: Bottleneck
     confidence: float
@@ -150,3 +148,36 @@ class Verdict(BaseModel):
     def worst_severity(self) -> Severity | None:
         ranks = [f.severity for f in self.findings]
         return max(ranks, key=lambda s: s.rank) if ranks else None
+
+
+# ---------------------------------------------------------------------------------------------
+# the Nagios reading of a verdict (`llmdiag check`, and each replica of a fleet)
+
+
+class State(IntEnum):
+    """Nagios states: the value is the plugin's exit code. The one definition: a fleet's replicas carry its name."""
+
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
+    UNKNOWN = 3
+
+    @property
+    def rank(self) -> int:
+        """Worse is higher: CRITICAL > WARNING > UNKNOWN > OK."""
+        return {State.OK: 0, State.UNKNOWN: 1, State.WARNING: 2, State.CRITICAL: 3}[self]
+
+
+def worst(states: list[State]) -> State:
+    return max(states, key=lambda s: s.rank) if states else State.UNKNOWN
+
+
+def state_of(verdict: Verdict) -> State:
+    counted = [Severity.warning if f.category is Category.sanity else f.severity for f in verdict.findings]
+    if Severity.critical in counted:
+        return State.CRITICAL
+    if Severity.warning in counted:
+        return State.WARNING
+    if verdict.bottleneck is Bottleneck.unknown:
+        return State.UNKNOWN
+    return State.OK

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from llmdiag.model import Bottleneck
 from llmdiag.model.capacity import CapacityReport, OperatingPoint, Resource
+from llmdiag.render.format import format_value, rate
 from llmdiag.render.terminal import CLASS_STYLE
 
 LABEL: dict[str, str] = {
@@ -38,11 +39,11 @@ def _gib(value: float) -> str:
 
 
 def _seconds(value: float) -> str:
-    return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.2f} s"
+    return format_value(value, "seconds")
 
 
 def _rate(value: float) -> str:
-    return f"{value:,.0f}" if value >= 1000 else f"{value:.1f}" if value >= 1 else f"{value:.3g}"
+    return rate(value, whole_from=1000, below_one=".3g")
 
 
 def _billions(value: int) -> str:

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from llmdiag.model import Bottleneck, FleetReport, FleetTimeline
-from llmdiag.render.terminal import CLASS_STYLE, SEVERITY_STYLE, UNAVAILABLE, format_value
+from llmdiag.render.format import UNAVAILABLE, clock, format_value, when
+from llmdiag.render.terminal import CLASS_STYLE, SEVERITY_STYLE
 
 STATE_STYLE = {"CRITICAL": "bold red", "WARNING": "bold yellow", "UNKNOWN": "dim", "OK": "green"}
-
-
-def when(unix: float | None) -> str:
-    if unix is None:
-        return UNAVAILABLE
-    return datetime.fromtimestamp(unix, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _counts(report: FleetReport) -> Text:
@@ -111,10 +104,6 @@ CLASS_LETTER = {
 MAX_STRIP_COLUMNS = 72
 
 
-def _clock(unix: float, seconds: bool = False) -> str:
-    return datetime.fromtimestamp(unix, tz=timezone.utc).strftime("%H:%M:%S" if seconds else "%H:%M")
-
-
 def timeline_strip(timeline: FleetTimeline, order: list[str] | None = None) -> Text:
     """One row per replica, one letter per step coloured by its class (longer timelines: every k-th step)."""
     steps = timeline.steps[:: max(1, -(-len(timeline.steps) // MAX_STRIP_COLUMNS))]
@@ -126,7 +115,7 @@ def timeline_strip(timeline: FleetTimeline, order: list[str] | None = None) -> T
         return out
     width = max(len(n) for n in names)
     short = steps[-1].at_unix - steps[0].at_unix < 3600
-    first, last = _clock(steps[0].at_unix, short), _clock(steps[-1].at_unix, short)
+    first, last = clock(steps[0].at_unix, short), clock(steps[-1].at_unix, short)
     every = f", every {len(timeline.steps) // len(steps)} step(s)" if len(steps) < len(timeline.steps) else ""
     out.append(f"  {'':{width}}  {first} … {last} UTC (one column per step{every})\n", style="dim")
     for name in names:

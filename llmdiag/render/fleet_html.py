@@ -12,11 +12,10 @@ highest, so a queue building on one replica shows as a dark row.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
 from llmdiag.model import Bottleneck, FleetReport
+from llmdiag.render.format import UNAVAILABLE, clock, when
 from llmdiag.render.html import CLASS_COLORS, _asset, _environment, _inline
-from llmdiag.render.terminal import UNAVAILABLE
 
 NO_DATA_COLOR = "#e0e0e0"
 MAX_CELLS = 400  # per row: longer timelines are thinned to every k-th step
@@ -44,14 +43,10 @@ def _tint(color: str, alpha: float) -> str:
     return "#" + "".join(f"{round(255 - (255 - c) * alpha):02x}" for c in rgb)
 
 
-def _clock(unix: float) -> str:
-    return datetime.fromtimestamp(unix, tz=timezone.utc).strftime("%H:%M:%S")
-
-
 def _axis(times: list[float], columns: int) -> list[str]:
     """A label every ~10 columns, empty cells between."""
     every = max(1, columns // 10)
-    return [_clock(t) if i % every == 0 else "" for i, t in enumerate(times)]
+    return [clock(t) if i % every == 0 else "" for i, t in enumerate(times)]
 
 
 def heat_strip(report: FleetReport) -> Strip:
@@ -70,7 +65,7 @@ def heat_strip(report: FleetReport) -> Strip:
             cells = []
             for step in steps:
                 cls = step.classes.get(name)
-                when = _clock(step.at_unix)
+                when = clock(step.at_unix)
                 if cls is None:
                     cells.append(Cell("none", NO_DATA_COLOR, f"{name} at {when}: no data"))
                 else:
@@ -98,9 +93,7 @@ def heat_strip(report: FleetReport) -> Strip:
         for at, waiting in t.waiting_samples:
             share = waiting / peak if peak > 0 else 0.0
             alpha = round(0.08 + 0.92 * share, 3)
-            cells.append(
-                Cell(t.bottleneck.value, _tint(color, alpha), f"{t.name} at {_clock(at)}: {waiting:g} waiting")
-            )
+            cells.append(Cell(t.bottleneck.value, _tint(color, alpha), f"{t.name} at {clock(at)}: {waiting:g} waiting"))
         if not cells:
             reason = t.error or "no per-scrape samples"
             cells = [Cell("none", NO_DATA_COLOR, f"{t.name}: {UNAVAILABLE} ({reason})")]
@@ -122,9 +115,7 @@ def heat_strip(report: FleetReport) -> Strip:
 
 def render_fleet_html(report: FleetReport) -> str:
     env = _environment()
-    env.filters["when"] = lambda unix: (
-        UNAVAILABLE if unix is None else datetime.fromtimestamp(unix, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    )
+    env.filters["when"] = when
     css = _inline(_asset("report.css") + "\n" + _asset("fleet.css"), "</style")
     csp = "; ".join(
         [

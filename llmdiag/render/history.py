@@ -10,8 +10,8 @@ from rich.table import Table
 from rich.text import Text
 
 from llmdiag.history import CheckRow
+from llmdiag.render.format import UNAVAILABLE, rate
 
-UNAVAILABLE = "unavailable"
 STATE_STYLE = {"OK": "green", "WARNING": "yellow", "CRITICAL": "bold red", "UNKNOWN": "magenta"}
 
 
@@ -20,7 +20,7 @@ def _seconds(value: float | None) -> str:
 
 
 def _rate(value: float | None) -> str:
-    return UNAVAILABLE if value is None else f"{value:,.0f}"
+    return rate(value, whole_from=0)
 
 
 def _trend(rows: list[CheckRow], column: str, fmt) -> str:

@@ -20,7 +20,6 @@ import base64
 import hashlib
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from importlib import resources
 from typing import Any
 
@@ -28,7 +27,7 @@ from jinja2 import BaseLoader, Environment, StrictUndefined, TemplateNotFound
 
 from llmdiag.engine.fixes import fix_view, verdict_engine
 from llmdiag.model import Bottleneck, LoadPoint, LoadReport, Percentiles, Signal, Verdict
-from llmdiag.render.terminal import UNAVAILABLE, format_value
+from llmdiag.render.format import BOUND_WORDS, UNAVAILABLE, format_value, when
 
 REPORTS_PACKAGE = "llmdiag.reports"
 UPLOT_DIR = "vendor/uplot"
@@ -59,16 +58,10 @@ def _environment() -> Environment:
     )
     env.filters["fmt"] = format_value
     env.filters["pct"] = lambda v: UNAVAILABLE if v is None else f"{v:.0%}"
-    env.filters["ms"] = lambda v: UNAVAILABLE if v is None else format_value(v, "seconds")
-    env.filters["tok"] = lambda v: UNAVAILABLE if v is None else format_value(v, "tokens/s")
-    env.filters["when"] = _when
+    env.filters["ms"] = lambda v: format_value(v, "seconds")
+    env.filters["tok"] = lambda v: format_value(v, "tokens/s")
+    env.filters["when"] = when
     return env
-
-
-def _when(unix: float | None) -> str:
-    if unix is None:
-        return UNAVAILABLE
-    return datetime.fromtimestamp(unix, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _inline(text: str, closing: str) -> str:
@@ -385,13 +378,6 @@ CLASS_COLORS = {
     Bottleneck.healthy: "#2e7d32",
     Bottleneck.idle: "#1565c0",
     Bottleneck.unknown: "#616161",
-}
-
-BOUND_WORDS = {
-    "compute": "math (peak FLOP/s)",
-    "hbm_bandwidth": "HBM bandwidth (reading weights and KV)",
-    "interconnect": "the tensor-parallel all-reduce",
-    "scheduler": "per-step CPU overhead",
 }
 
 

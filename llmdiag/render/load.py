@@ -8,23 +8,12 @@ from rich.table import Table
 from rich.text import Text
 
 from llmdiag.model import LoadPoint, LoadReport, Percentiles
-from llmdiag.render.terminal import CLASS_STYLE, UNAVAILABLE
-
-
-def _ms(value: float | None) -> str:
-    if value is None:
-        return UNAVAILABLE
-    return f"{value * 1000:.0f}" if value >= 0.1 else f"{value * 1000:.1f}"
+from llmdiag.render.format import UNAVAILABLE, milliseconds, rate
+from llmdiag.render.terminal import CLASS_STYLE
 
 
 def _pair_ms(p: Percentiles, low: str = "p50", high: str = "p99") -> str:
-    return f"{_ms(getattr(p, low))} / {_ms(getattr(p, high))}"
-
-
-def _rate(value: float | None) -> str:
-    if value is None:
-        return UNAVAILABLE
-    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+    return f"{milliseconds(getattr(p, low))} / {milliseconds(getattr(p, high))}"
 
 
 def _level(point: LoadPoint) -> str:
@@ -57,13 +46,13 @@ def seed_arithmetic(point: LoadPoint, lightest: LoadPoint) -> str | None:
     split = ""
     if point is not lightest and lightest.output_tokens_per_second and lightest.users:
         split = (
-            f"the {_rate(lightest.output_tokens_per_second)} tok/s of {_users(lightest.users)} split "
-            f"{point.users} ways would be {_rate(lightest.output_tokens_per_second / point.users)} each; "
+            f"the {rate(lightest.output_tokens_per_second)} tok/s of {_users(lightest.users)} split "
+            f"{point.users} ways would be {rate(lightest.output_tokens_per_second / point.users)} each; "
         )
     return (
-        f"{_users(point.users)}: {split}the server did {_rate(point.output_tokens_per_second)} tok/s total (naive "
-        f"X/N {_rate(point.naive_per_user_tokens_per_second)}); users measured p50 {_rate(streaming)} tok/s while "
-        f"streaming, {_rate(overall)} over the whole request"
+        f"{_users(point.users)}: {split}the server did {rate(point.output_tokens_per_second)} tok/s total (naive "
+        f"X/N {rate(point.naive_per_user_tokens_per_second)}); users measured p50 {rate(streaming)} tok/s while "
+        f"streaming, {rate(overall)} over the whole request"
     )
 
 
@@ -104,9 +93,9 @@ def render_load(report: LoadReport) -> RenderableType:
             _errors(point),
             _pair_ms(point.ttft_seconds),
             _pair_ms(point.itl_seconds),
-            _rate(point.output_tokens_per_second),
-            f"{_rate(per_user.p5)} / {_rate(per_user.p50)} / {_rate(per_user.p95)}",
-            _rate(point.naive_per_user_tokens_per_second),
+            rate(point.output_tokens_per_second),
+            f"{rate(per_user.p5)} / {rate(per_user.p50)} / {rate(per_user.p95)}",
+            rate(point.naive_per_user_tokens_per_second),
             goodput,
             verdict,
         )

@@ -10,7 +10,7 @@ import re
 
 from llmdiag.engine.fixes import fix_view, verdict_engine
 from llmdiag.model import LoadReport, Verdict
-from llmdiag.render.terminal import UNAVAILABLE, format_value
+from llmdiag.render.format import UNAVAILABLE, format_value
 
 # what could start markup, a tag, a link or a table cell; '_' only where it is not inside a word (snake_case
 # names stay readable: GitHub never reads an underscore between two word characters as emphasis)
@@ -125,10 +125,6 @@ def render_markdown(result: Verdict | LoadReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _ms(value: float | None) -> str:
-    return UNAVAILABLE if value is None else format_value(value, "seconds")
-
-
 def render_load_markdown(report: LoadReport) -> str:
     level = "users" if report.mode == "closed" else "rate/s"
     lines = [
@@ -151,10 +147,13 @@ def render_load_markdown(report: LoadReport) -> str:
     for p in report.points:
         u = p.per_user_decode_tokens_per_second
         tok = [format_value(v, "tokens/s") for v in (u.p5, u.p50, u.p95)]
+        ttft, itl = (
+            f"{format_value(d.p50, 'seconds')} / {format_value(d.p99, 'seconds')}"
+            for d in (p.ttft_seconds, p.itl_seconds)
+        )
         lines.append(
             f"| {p.users if p.users is not None else f'{p.rate_per_second:g}'} | {p.requests_completed} | "
-            f"{sum(p.errors.values())} | {_ms(p.ttft_seconds.p50)} / {_ms(p.ttft_seconds.p99)} | "
-            f"{_ms(p.itl_seconds.p50)} / {_ms(p.itl_seconds.p99)} | "
+            f"{sum(p.errors.values())} | {ttft} | {itl} | "
             f"{format_value(p.output_tokens_per_second, 'tokens/s')} | {' / '.join(tok)} | "
             f"{UNAVAILABLE if p.goodput_ratio is None else f'{p.goodput_ratio:.0%}'} | "
             f"{p.verdict.bottleneck.value if p.verdict is not None else UNAVAILABLE} |"

@@ -14,8 +14,7 @@ from __future__ import annotations
 import re
 
 from llmdiag.config import Settings
-from llmdiag.model import Verdict
-from llmdiag.model.check import CheckReport, State, TargetResult
+from llmdiag.model import CheckReport, State, TargetResult, Verdict
 from llmdiag.schema.loader import load_rules
 from llmdiag.schema.rules import RuleSpec
 

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from llmdiag.engine.fixes import DEFAULT_ENGINE, fix_view, verdict_engine
 from llmdiag.model import Bottleneck, Evidence, Finding, Severity, Verdict
+from llmdiag.render.format import BOUND_WORDS, format_value
 
 CLASS_STYLE = {
     Bottleneck.memory: "bold white on red",
@@ -20,54 +21,6 @@ CLASS_STYLE = {
     Bottleneck.unknown: "bold white on grey42",
 }
 SEVERITY_STYLE = {Severity.critical: "bold red", Severity.warning: "bold yellow"}
-UNAVAILABLE = "unavailable"
-
-
-# short unit labels for the terminal; JSON keeps the full unit
-UNIT_LABELS = {
-    "preemptions/request": "per req",
-    "preemptions/s": "/s",
-    "requests/s": "req/s",
-    "tokens/s": "tok/s",
-    "requests": "req",
-    "tokens": "tok",
-}
-
-
-# large physical quantities in the prefix a person reads them in: (unit, [(factor, label), …] largest first)
-SCALED_UNITS = {
-    "bytes": [(2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")],
-    "bytes/s": [(1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")],
-    "hertz": [(1e9, "GHz"), (1e6, "MHz")],
-}
-UNIT_SYMBOLS = {"celsius": "°C", "watts": "W"}
-
-
-def _scaled(value: float, unit: str) -> str | None:
-    if unit in UNIT_SYMBOLS:
-        return f"{value:.0f} {UNIT_SYMBOLS[unit]}" if abs(value) >= 10 else f"{value:.3g} {UNIT_SYMBOLS[unit]}"
-    for factor, label in SCALED_UNITS.get(unit, []):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {label}" if abs(value) / factor < 100 else f"{value / factor:,.0f} {label}"
-    return None
-
-
-def format_value(value: float | None, unit: str) -> str:
-    if value is None:
-        return UNAVAILABLE
-    if unit == "ratio":
-        return f"{value:.1%}"
-    if unit == "seconds":
-        return f"{value * 1000:.1f} ms" if abs(value) < 1 else f"{value:.2f} s"
-    scaled = _scaled(value, unit)
-    if scaled is not None:
-        return scaled
-    label = UNIT_LABELS.get(unit, unit)
-    if unit in ("requests", "blocks", "tokens", "count"):
-        return f"{value:.1f} {label}" if value != int(value) else f"{value:.0f} {label}"
-    if abs(value) >= 100:
-        return f"{value:,.0f} {label}"
-    return f"{value:.3g} {label}"
 
 
 def _headline(verdict: Verdict) -> RenderableType:
@@ -180,14 +133,6 @@ def _experience(verdict: Verdict) -> Table:
     return table
 
 
-BOUND_WORDS = {
-    "compute": "math (peak FLOP/s)",
-    "hbm_bandwidth": "HBM bandwidth (reading weights and KV)",
-    "interconnect": "the tensor-parallel all-reduce",
-    "scheduler": "per-step CPU overhead",
-}
-
-
 def _roofline(verdict: Verdict) -> Text:
     r = verdict.roofline
     assert r is not None
@@ -200,7 +145,9 @@ def _roofline(verdict: Verdict) -> Text:
     )
 
 
-def _coverage(verdict: Verdict) -> RenderableType:
+def _coverage(verdict: Verdict, verbose: bool = False) -> RenderableType:
+    """The sources that could not be read, one line per class, and the muted rules; each skipped rule and why only
+    when ``verbose`` (a scan without GPU telemetry or history skips some twenty). The JSON keeps every outcome."""
     lines = Text()
     for index, probe in enumerate(verdict.coverage.probes):
         if not probe.ok:
@@ -214,8 +161,8 @@ def _coverage(verdict: Verdict) -> RenderableType:
             lines.append(f", {cls.rules_skipped} skipped)\n" if cls.rules_skipped else ")\n", style="green")
         else:
             lines.append(f"  {cls.category.value:11} not evaluated: {cls.reason}\n", style="yellow")
-    skipped = [r for r in verdict.coverage.rules if r.status in ("skipped", "muted")]
-    for outcome in skipped:
+    shown = ("skipped", "muted") if verbose else ("muted",)
+    for outcome in (r for r in verdict.coverage.rules if r.status in shown):
         lines.append(f"  {outcome.code} {outcome.status}: {outcome.reason}\n", style="dim")
     return lines
 
@@ -232,7 +179,7 @@ def render_terminal(verdict: Verdict, verbose: bool = False) -> RenderableType:
         parts.append(Text("\nAgainst the hardware ceiling", style="bold underline"))
         parts.append(_roofline(verdict))
     parts.append(Text("\nCoverage", style="bold underline"))
-    parts.append(_coverage(verdict))
+    parts.append(_coverage(verdict, verbose))
     if verdict.notes:
         parts.append(Text("Notes", style="bold underline"))
         parts.append(Text("".join(f"  - {n}\n" for n in verdict.notes), style="dim"))

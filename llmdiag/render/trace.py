@@ -8,19 +8,18 @@ from rich.table import Table
 from rich.text import Text
 
 from llmdiag.model import TraceReport
+from llmdiag.render.format import milliseconds
+
+NOT_MEASURED = "n/a"  # the trace table's word for a value the trace does not give
 
 
 def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value * 100:.1f}"
-
-
-def _ms(seconds: float | None) -> str:
-    return "n/a" if seconds is None else f"{seconds * 1e3:.2f}"
+    return NOT_MEASURED if value is None else f"{value * 100:.1f}"
 
 
 def _bytes(value: float | None) -> str:
     if value is None:
-        return "n/a"
+        return NOT_MEASURED
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if value >= size:
             return f"{value / size:.1f} {unit}"
@@ -28,7 +27,7 @@ def _bytes(value: float | None) -> str:
 
 
 def _gbps(value: float | None) -> str:
-    return "n/a" if value is None else f"{value / 1e9:.1f}"
+    return NOT_MEASURED if value is None else f"{value / 1e9:.1f}"
 
 
 def render_trace(report: TraceReport) -> RenderableType:
@@ -56,7 +55,7 @@ def render_trace(report: TraceReport) -> RenderableType:
         ranks.add_row(
             label,
             device,
-            _ms(r.span_seconds),
+            milliseconds(r.span_seconds, 2, NOT_MEASURED),
             _pct(r.busy_ratio),
             _pct(r.comm_share_ratio),
             _pct(r.exposed_comm_share_ratio),
@@ -84,7 +83,7 @@ def render_trace(report: TraceReport) -> RenderableType:
                 c.collective,
                 c.family,
                 str(c.count),
-                _ms(c.total_seconds),
+                milliseconds(c.total_seconds, 2, NOT_MEASURED),
                 sizes,
                 str(c.group_size or "?"),
                 _gbps(c.algbw_bytes_per_second),

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from llmdiag.schema.base import _Strict
+from llmdiag.schema.base import _Strict, compiled_pattern
 
 # ---------------------------------------------------------------------------------------------
 # collectives (probes/collectives.toml): which trace kernels and CPU ops are communication
@@ -32,14 +31,7 @@ class KernelPattern(_Strict):
     # "": the name does not tell; the type comes from the kernel's args or its CPU op
     collective: str = ""
 
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, pattern: str) -> str:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from None
-        return pattern
+    _compiles = field_validator("pattern")(lambda cls, pattern: compiled_pattern(pattern))
 
     @field_validator("collective")
     @classmethod
@@ -53,14 +45,14 @@ class OpPattern(_Strict):
     pattern: str
     collective: str = ""
 
-    _compiles = field_validator("pattern")(KernelPattern._compiles.__func__)  # type: ignore[attr-defined]
+    _compiles = field_validator("pattern")(lambda cls, pattern: compiled_pattern(pattern))
 
 
 class DeviceLink(_Strict):
     pattern: str
     link: str
 
-    _compiles = field_validator("pattern")(KernelPattern._compiles.__func__)  # type: ignore[attr-defined]
+    _compiles = field_validator("pattern")(lambda cls, pattern: compiled_pattern(pattern))
 
 
 class CollectiveSpec(_Strict):

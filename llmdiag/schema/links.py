@@ -6,30 +6,25 @@
     expected_bus_bandwidth_bytes_per_second("bogus")     -> None   (unknown: a caller reports "unavailable")
 
 Bus bandwidth is nccl-tests' "busbw": per GPU, per direction, independent of the rank count, so one figure per
-link class compares with any all_reduce / all_gather / reduce_scatter / all_to_all measurement. ``link_from_nvml``
-names the link of one GPU from NVML (NVLink version and active links, else PCIe generation and width).
+link class compares with any all_reduce / all_gather / reduce_scatter / all_to_all measurement. Naming only: the
+NVML reading that finds a GPU's link is llmdiag.collect.telemetry.nvml.link_from_nvml, which names it with
+``nvlink_name`` and ``describe_link``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 from functools import cache
 from importlib import resources
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from llmdiag.schema.loader import _parse
+from llmdiag.schema.base import _Strict, parse_toml
 
 LINK_NAME = re.compile(r"^(?:nvlink(?P<nv>[1-9])(?:x(?P<links>\d+))?|pcie(?P<gen>[1-9])x(?P<width>\d+)|[a-z0-9-]+)$")
 # compute capability major -> NVLink generation, for when NVML's version number is missing or out of range
 NVLINK_BY_COMPUTE_MAJOR = {7: 2, 8: 3, 9: 4, 10: 5}
 PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class LinkSpec(_Strict):
@@ -89,7 +84,7 @@ class LinkDescription(_Strict):
 
 
 def parse_catalogue(text: str, display_path: str = "probes/links.toml") -> LinkCatalogue:
-    return _parse(LinkCatalogue, display_path, text)
+    return parse_toml(LinkCatalogue, display_path, text)
 
 
 @cache
@@ -158,46 +153,3 @@ def nvlink_name(version: int | None, active_links: int, compute_major: int | Non
     if base is None or full is None:
         return None
     return f"nvlink{gen}" if active_links >= full else f"nvlink{gen}x{active_links}"
-
-
-def link_from_nvml(nvml: Any, handle: Any, max_links: int = 18) -> tuple[str | None, str]:
-    """Name the inter-GPU link of one GPU from NVML: (name, how it was found) or (None, why not).
-
-    ``nvml`` is the pynvml module (or a fake with the same calls); ``handle`` a device handle. NVLink wins when
-    any link is active; otherwise the *current* PCIe generation and width (a link trained down reads as such).
-    """
-    active, version = 0, None
-    for link in range(max_links):
-        try:
-            if nvml.nvmlDeviceGetNvLinkState(handle, link) != 1:
-                continue
-            version = version or int(nvml.nvmlDeviceGetNvLinkVersion(handle, link))
-        except Exception:  # noqa: BLE001 - NVML raises NVMLError subclasses: not supported / invalid link = no more
-            break
-        active += 1
-    if active:
-        major = None
-        with contextlib.suppress(Exception):  # optional cross-check only
-            major = int(nvml.nvmlDeviceGetCudaComputeCapability(handle)[0])
-        name = nvlink_name(version, active, major)
-        if name:
-            return name, f"NVML: {active} active NVLink links, version {version}"
-        return None, f"NVML: {active} active NVLink links of unknown version {version}"
-    # The maximum the device and this system support, not the current value: an idle GPU drops its PCIe link to
-    # gen 1 to save power, and a link trained down by a fault should be judged against what it ought to reach.
-    try:
-        gen = int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle))
-        width = int(nvml.nvmlDeviceGetMaxPcieLinkWidth(handle))
-    except Exception as exc:  # noqa: BLE001
-        return None, f"NVML: no active NVLink and no PCIe link information ({exc})"
-    current = ""
-    try:
-        cur_gen = int(nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle))
-        cur_width = int(nvml.nvmlDeviceGetCurrPcieLinkWidth(handle))
-        current = f"; now gen {cur_gen} x{cur_width}"
-    except Exception:  # noqa: BLE001 - the current state is context only
-        pass
-    name = f"pcie{gen}x{width}"
-    if describe_link(name) is None:
-        return None, f"NVML: PCIe gen {gen} x{width} is not in probes/links.toml"
-    return name, f"NVML: no active NVLink; PCIe gen {gen} x{width} (the most the GPU and slot support{current})"

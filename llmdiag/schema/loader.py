@@ -1,26 +1,28 @@
-"""Load and validate the catalogue: probe specs and rules, shipped as data packages in the wheel."""
+"""Load and validate the catalogue: probe specs, the signal registry and rules, shipped as data packages in the wheel.
+
+Every loader is cached: the catalogue is read once per process. A rule is checked against the signal registry
+(llmdiag.schema.registry) as it is loaded, so a rule that reads an unknown signal or stat never reaches the engine.
+"""
 
 from __future__ import annotations
 
-import sys
 from functools import cache, lru_cache
 from importlib import resources
 from importlib.resources.abc import Traversable
-from typing import TypeVar
-
-from pydantic import BaseModel, ValidationError
 
 from llmdiag.errors import RuleSpecError
+from llmdiag.schema.base import parse_toml
 from llmdiag.schema.collectives import CollectiveSpec
+from llmdiag.schema.logs import load_log_spec
 from llmdiag.schema.probes import ProbeSpec
+from llmdiag.schema.registry import SIGNALS_PATH, SignalCatalogue, SignalRegistry, build_registry
 from llmdiag.schema.rules import RuleSpec
 
-M = TypeVar("M", bound=BaseModel)
+# the name the catalogue modules of the first layout imported (schema/links.py, schema/logs.py now use parse_toml)
+_parse = parse_toml
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+# probes/*.toml that are data tables, not probe specs: each is read by its own model and loader
+DATA_TABLES = frozenset({"collectives", "links", "logs", "signals"})
 
 
 def _walk_toml(root: Traversable, prefix: str = "") -> list[tuple[str, Traversable]]:
@@ -33,21 +35,10 @@ def _walk_toml(root: Traversable, prefix: str = "") -> list[tuple[str, Traversab
     return found
 
 
-def _parse(model: type[M], display_path: str, text: str) -> M:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise RuleSpecError(display_path, "(file)", f"not valid TOML: {exc}") from None
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "(file)"
-        raise RuleSpecError(display_path, field, first["msg"]) from None
-
-
-def parse_rule(display_path: str, text: str) -> RuleSpec:
-    rule = _parse(RuleSpec, display_path, text)
+def parse_rule(display_path: str, text: str, registry: SignalRegistry | None = None) -> RuleSpec:
+    """One rule file, validated: its schema, its file name and folder, and every signal and stat it reads (against
+    ``registry``, by default the catalogue's own)."""
+    rule = parse_toml(RuleSpec, display_path, text)
     stem = display_path.rsplit("/", 1)[-1].removesuffix(".toml")
     expected = f"{rule.code}-{rule.slug}"
     if stem != expected:
@@ -56,6 +47,8 @@ def parse_rule(display_path: str, text: str) -> RuleSpec:
     if folder and folder != rule.category.value:
         where = f"rules/{rule.category.value}/"
         raise RuleSpecError(display_path, "category", f"a '{rule.category.value}' rule lives in {where}")
+    for field, reason in (registry or load_signal_registry()).rule_problems(rule)[:1]:
+        raise RuleSpecError(display_path, field, reason)
     return rule
 
 
@@ -74,11 +67,31 @@ def load_rules() -> tuple[RuleSpec, ...]:
 
 
 @cache
+def probe_names() -> tuple[str, ...]:
+    """Every probe spec in probes/ (its data tables left out), in file-name order."""
+    files = [e.name for e in resources.files("llmdiag.probes").iterdir() if e.is_file() and e.name.endswith(".toml")]
+    return tuple(sorted(n for n in (f.removesuffix(".toml") for f in files) if n not in DATA_TABLES))
+
+
+@cache
 def load_probe(name: str) -> ProbeSpec:
     entry = resources.files("llmdiag.probes") / f"{name}.toml"
     if not entry.is_file():
         raise RuleSpecError(f"probes/{name}.toml", "(file)", "no such probe spec")
-    return _parse(ProbeSpec, f"probes/{name}.toml", entry.read_text(encoding="utf-8"))
+    return parse_toml(ProbeSpec, f"probes/{name}.toml", entry.read_text(encoding="utf-8"))
+
+
+@cache
+def load_code_signals() -> SignalCatalogue:
+    """probes/signals.toml alone: the signals code makes (what a producer reads its declarations from)."""
+    entry = resources.files("llmdiag.probes") / "signals.toml"
+    return parse_toml(SignalCatalogue, SIGNALS_PATH, entry.read_text(encoding="utf-8"))
+
+
+@cache
+def load_signal_registry() -> SignalRegistry:
+    """Every signal: the probe specs', the log fields' and the code's (llmdiag.schema.registry)."""
+    return build_registry(load_code_signals(), map(load_probe, probe_names()), load_log_spec())
 
 
 def find_rule(code: str) -> RuleSpec | None:
@@ -90,4 +103,4 @@ def find_rule(code: str) -> RuleSpec | None:
 def load_collectives() -> CollectiveSpec:
     """probes/collectives.toml: the patterns that tell communication kernels and ops in a profiler trace."""
     entry = resources.files("llmdiag.probes") / "collectives.toml"
-    return _parse(CollectiveSpec, "probes/collectives.toml", entry.read_text(encoding="utf-8"))
+    return parse_toml(CollectiveSpec, "probes/collectives.toml", entry.read_text(encoding="utf-8"))

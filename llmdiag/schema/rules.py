@@ -15,6 +15,8 @@ from llmdiag.schema.base import _Strict
 
 CODE_RE = re.compile(r"^(MEM|CMP|SCH|NET|SAN|REG)\d{3}$")
 SLUG_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+# a summary's placeholders: {signal.stat} or {signal.stat:format}, filled in by llmdiag.engine.evaluate
+PLACEHOLDER_RE = re.compile(r"\{([a-z0-9_]+)\.([a-z0-9]+)(?::([^}]+))?\}")
 CODE_PREFIX = {
     "MEM": "memory",
     "CMP": "compute",
@@ -66,7 +68,8 @@ class Ladder(SignalRef):
         return self
 
 
-ENGINES = ("vllm", "sglang", "trtllm", "tgi", "llamacpp")
+Engine = Literal["vllm", "sglang", "trtllm", "tgi", "llamacpp"]
+ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "trtllm", "tgi", "llamacpp")
 
 
 class Fix(_Strict):
@@ -79,9 +82,7 @@ class Fix(_Strict):
     trtllm: list[str] = Field(default_factory=list)
     tgi: list[str] = Field(default_factory=list)
     llamacpp: list[str] = Field(default_factory=list)
-    applies_to: list[Literal["vllm", "sglang", "trtllm", "tgi", "llamacpp"]] = Field(
-        default_factory=lambda: list(ENGINES)
-    )
+    applies_to: list[Engine] = Field(default_factory=lambda: list(ENGINES))
 
     def for_engine(self, engine: str) -> list[str]:
         return list(getattr(self, engine, [])) if engine in ENGINES else []

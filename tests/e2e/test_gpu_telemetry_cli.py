@@ -32,7 +32,9 @@ def test_without_a_gpu_the_coverage_says_so_and_gpu_rules_are_skipped():
     skipped = {r["code"]: r["reason"] for r in verdict["coverage"]["rules"] if r["status"] == "skipped"}
     assert "NET001" in skipped and "gpu_utilization_ratio" in skipped["NET001"]
     assert "gpu_utilization_ratio" not in verdict["signals"]  # never a zero
-    assert NO_GPU_LINE in text.stdout[text.stdout.index("Coverage") :]
+    coverage = text.stdout[text.stdout.index("Coverage") :]
+    assert NO_GPU_LINE in coverage and "network     not evaluated" in coverage
+    assert "NET001 skipped" not in coverage  # each skipped rule is in the JSON, and in the terminal under --verbose
 
 
 def test_no_nvml_flag_leaves_nvml_out_entirely():

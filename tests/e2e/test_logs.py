@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from llmdiag.api import diagnose_logs
-from llmdiag.collect.logs import collect_logs, load_log_spec, looks_like_log, parse_when
+from llmdiag.collect.logs import collect_logs, looks_like_log, parse_when
 from llmdiag.errors import InputFileError, UsageError
+from llmdiag.schema.logs import load_log_spec
 from tests.conftest import REPO_ROOT, run_cli
 
 LOGS = REPO_ROOT / "tests" / "fixtures" / "logs"

@@ -13,7 +13,8 @@ import pytest
 from llmdiag.config import Mute, RuleOverride, Settings
 from llmdiag.engine.evaluate import evaluate_rule
 from llmdiag.model import Signal, SignalSet
-from llmdiag.schema.loader import load_rules, tomllib
+from llmdiag.schema.base import tomllib
+from llmdiag.schema.loader import load_rules
 
 CASES_DIR = Path(__file__).parent
 RULES = {r.code: r for r in load_rules()}

@@ -16,10 +16,10 @@ from typing import Any
 import psutil
 import torch
 
-from llmdiag.collect.telemetry.nvml import CLOCK_MEM, explain, import_pynvml
+from llmdiag.collect.telemetry.nvml import CLOCK_MEM, explain, import_pynvml, link_from_nvml
 from llmdiag.errors import BenchUsageError
 from llmdiag.model import BenchLink, NcclBenchOptions
-from llmdiag.schema.links import describe_link, link_from_nvml
+from llmdiag.schema.links import describe_link
 
 DEFAULT_GLOO_MAX_BYTES = 64 * 1024**2
 # the out-of-place collectives hold ~2 buffers of the message size: a quarter of the memory leaves room

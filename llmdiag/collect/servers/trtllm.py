@@ -74,14 +74,7 @@ DRAIN_HINT = (
 )
 # the share of iterations with an unexplained queue above which the GUARANTEED_NO_EVICT note is added
 RESERVED_KV_NOTE_SHARE = 0.5
-# signals this module makes from the records beyond the probe spec's names (rules may read them: MEM006)
-RECORD_SIGNALS = {
-    "queued_with_batch_room_ratio": "derived",
-    "iteration_records_missing_ratio": "derived",
-    "iteration_seconds": "histogram",
-    "kv_cache_blocks": "info",
-    "kv_cache_block_size_tokens": "info",
-}
+# what the records give beyond probes/trtllm.toml's names is declared in probes/signals.toml ("trtllm-records")
 
 
 Record = Mapping[str, Any]

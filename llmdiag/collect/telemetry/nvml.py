@@ -22,6 +22,7 @@ from llmdiag.collect.exposition import Scrape, label_key
 from llmdiag.collect.source import Source, unavailable_source
 from llmdiag.errors import ProbeError
 from llmdiag.model import SourceInfo
+from llmdiag.schema.links import describe_link, nvlink_name
 from llmdiag.schema.loader import load_probe
 
 SAMPLE_INTERVAL_SECONDS = 0.5
@@ -111,6 +112,57 @@ def error_code(error: BaseException) -> int | None:
     return code if isinstance(code, int) else None
 
 
+def active_nvlinks(nvml: Any, handle: Any, max_links: int = NVLINK_MAX_LINKS) -> dict[int, Any]:
+    """The active NVLink links of one GPU: link index → NVLink version, as NVML reports it."""
+    active: dict[int, Any] = {}
+    for link in range(max_links):
+        try:
+            if nvml.nvmlDeviceGetNvLinkState(handle, link) != 1:
+                continue
+            active[link] = nvml.nvmlDeviceGetNvLinkVersion(handle, link)
+        except nvml.NVMLError as exc:
+            if error_code(exc) in PERMANENT_ERRORS:
+                break  # no NVLink on this GPU, or no more links
+    return active
+
+
+def link_from_nvml(nvml: Any, handle: Any, max_links: int = NVLINK_MAX_LINKS) -> tuple[str | None, str]:
+    """Name the inter-GPU link of one GPU from NVML: (a probes/links.toml name, how it was found) or (None, why not).
+
+    ``nvml`` is the pynvml module (or a replay with the same calls and its ``NVMLError``); ``handle`` a device
+    handle. NVLink wins when any link is active; otherwise PCIe, by the most the GPU and its slot support. Only
+    NVML's own errors are expected here; each is said in words (``explain``).
+    """
+    links = active_nvlinks(nvml, handle, max_links)
+    if links:
+        versions = [int(v) for v in links.values()]
+        version = next((v for v in versions if v), versions[0])
+        major = None
+        with contextlib.suppress(nvml.NVMLError):  # an optional cross-check for an out-of-range version
+            major = int(nvml.nvmlDeviceGetCudaComputeCapability(handle)[0])
+        name = nvlink_name(version, len(links), major)
+        if name:
+            return name, f"NVML: {len(links)} active NVLink links, version {version}"
+        return None, f"NVML: {len(links)} active NVLink links of unknown version {version}"
+    # The maximum the device and this system support, not the current value: an idle GPU drops its PCIe link to
+    # gen 1 to save power, and a link trained down by a fault should be judged against what it ought to reach.
+    try:
+        gen = int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle))
+        width = int(nvml.nvmlDeviceGetMaxPcieLinkWidth(handle))
+    except nvml.NVMLError as exc:
+        return None, f"NVML: no active NVLink and no PCIe link information ({explain(exc)})"
+    current = ""
+    with contextlib.suppress(nvml.NVMLError):  # the current state is context only
+        current = (
+            f"; now gen {int(nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle))}"
+            f" x{int(nvml.nvmlDeviceGetCurrPcieLinkWidth(handle))}"
+        )
+    name = f"pcie{gen}x{width}"
+    if describe_link(name) is None:
+        return None, f"NVML: PCIe gen {gen} x{width} is not in probes/links.toml"
+    return name, f"NVML: no active NVLink; PCIe gen {gen} x{width} (the most the GPU and slot support{current})"
+
+
 @dataclass
 class Gpu:
     index: int
@@ -151,15 +203,7 @@ class NvmlSampler:
         except nvml.NVMLError:
             pass  # MIG is a datacenter feature; elsewhere the call is simply not supported
         capacity = 0.0
-        for link in range(NVLINK_MAX_LINKS):
-            try:
-                if nvml.nvmlDeviceGetNvLinkState(handle, link) != 1:
-                    continue
-                version = nvml.nvmlDeviceGetNvLinkVersion(handle, link)
-            except nvml.NVMLError as exc:
-                if error_code(exc) in PERMANENT_ERRORS:
-                    break  # no NVLink on this GPU, or no more links
-                continue
+        for link, version in active_nvlinks(nvml, handle).items():
             gpu.nvlink_links.append(link)
             capacity += NVLINK_LINK_BYTES_PER_SECOND.get(version, NVLINK_LINK_BYTES_PER_SECOND[4])
         gpu.nvlink_capacity_bytes_per_second = capacity or None

@@ -14,19 +14,7 @@ from llmdiag.model import (
 )
 
 TRACE_SOURCE = "torch profiler trace"
-# the signals a trace gives the rules (the catalogue test knows them as TRACE_SIGNALS)
-TRACE_SIGNALS = {
-    "trace_gpu_busy_ratio": "derived",
-    "comm_share_of_gpu_time_ratio": "derived",
-    "exposed_comm_share_of_step_ratio": "derived",
-    "comm_compute_overlap_ratio": "derived",
-    "straggler_rank": "derived",
-    "straggler_skew_seconds": "derived",
-    "straggler_skew_share_of_step_ratio": "derived",
-    "collective_bus_bandwidth_bytes_per_second": "derived",
-    "collective_bus_bandwidth_vs_link_ratio": "derived",
-    "expected_link_bus_bandwidth_bytes_per_second": "derived",
-}
+# the signals made here are declared, with their meaning, in probes/signals.toml (producer "trace")
 
 
 # ---------------------------------------------------------------------------------------------

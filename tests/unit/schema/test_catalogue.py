@@ -9,26 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from llmdiag.collect.canary import CANARY_SIGNALS
-from llmdiag.collect.servers.trtllm import RECORD_SIGNALS as TRTLLM_RECORD_SIGNALS
-from llmdiag.collect.trace.signals import TRACE_SIGNALS
-from llmdiag.engine.baseline import HISTORY_SIGNALS
-from llmdiag.engine.derived import REGISTRY
-from llmdiag.engine.evaluate import PLACEHOLDER_RE
-from llmdiag.engine.fleet import FLEET_SIGNALS
 from llmdiag.errors import RuleSpecError
 from llmdiag.render.docs import DOC_SECTIONS, render_rule_index, render_rule_markdown
-from llmdiag.schema.loader import load_probe, load_rules, parse_rule
-from llmdiag.schema.probes import STAT_NAMES
+from llmdiag.schema.loader import DATA_TABLES, load_rules, parse_rule, probe_names
 from llmdiag.schema.rules import ENGINES
 from tests.conftest import REPO_ROOT
 
-COLLECTOR_SIGNALS = {"counter_resets", "implausible_samples"}
-# probes/ also holds data tables that are not probe specs, each read by its own model and loader
-# links.toml: llmdiag/schema/links.py; collectives.toml: collect/trace/; logs.toml: collect/logs.py;
-# tables/{gpus,interconnects,models}.toml: llmdiag/schema/tables.py, the physics' figures (tests/unit/physics)
-NOT_PROBE_SPECS = {"links", "collectives", "logs", "gpus", "interconnects", "models"}
-PROBES = sorted(p.stem for p in (REPO_ROOT / "probes").glob("*.toml") if p.stem not in NOT_PROBE_SPECS)
+MEM001 = "rules/memory/MEM001-kv-cache-saturated.toml"
+
+
+def test_every_probes_file_is_a_probe_spec_or_a_named_data_table():
+    """A TOML file in probes/ that is neither would be loaded as a probe spec and fail: name it in DATA_TABLES."""
+    assert {p.stem for p in (REPO_ROOT / "probes").glob("*.toml")} == set(probe_names()) | DATA_TABLES
 
 
 @pytest.mark.parametrize("folder", ["probes", "rules", "reports"])
@@ -39,17 +31,39 @@ def test_data_folders_hold_no_code(folder: str):
     assert len(init) == 1, f"{folder}/__init__.py is a one-line marker"
 
 
-def test_every_rule_input_is_a_known_signal_and_stat():
-    kinds = {s.name: s.kind for probe in PROBES for s in load_probe(probe).signal}
-    kinds |= {d.name: "derived" for d in REGISTRY} | dict.fromkeys(COLLECTOR_SIGNALS, "derived") | CANARY_SIGNALS
-    kinds |= HISTORY_SIGNALS | TRACE_SIGNALS | dict.fromkeys(FLEET_SIGNALS, "derived") | TRTLLM_RECORD_SIGNALS
-    for rule in load_rules():
-        for ref in rule.inputs():
-            assert ref.signal in kinds, f"{rule.code} reads unknown signal {ref.signal}"
-            allowed = STAT_NAMES[kinds[ref.signal]]
-            assert ref.stat in allowed, f"{rule.code}: {ref.signal} is a {kinds[ref.signal]}, stats {sorted(allowed)}"
-        for signal, stat, _ in PLACEHOLDER_RE.findall(rule.summary):
-            assert signal in kinds and stat in STAT_NAMES[kinds[signal]], f"{rule.code} summary: {{{signal}.{stat}}}"
+@pytest.mark.parametrize(
+    ("old", "new", "field", "reason"),
+    [
+        (
+            'signal = "preemptions_per_finished_request"',
+            'signal = "preemptions_per_finnished_request"',
+            "severity",
+            "no signal named 'preemptions_per_finnished_request'",
+        ),
+        (
+            'signal = "requests_waiting_avg"\nstat = "value"',
+            'signal = "requests_waiting_avg"\nstat = "p99"',
+            "gate.0",
+            "requests_waiting_avg is a derived signal, whose stats are value; not 'p99'",
+        ),
+        (
+            'signal = "kv_cache_usage_ratio"\nstat = "max"',
+            'signal = "kv_cache_usage_ratio"\nstat = "rate"',
+            "evidence.1",
+            "a gauge signal",
+        ),
+        ("{kv_cache_usage_ratio.max:.0%}", "{kv_cache_usage.max:.0%}", "summary", "{kv_cache_usage.max}: no signal"),
+    ],
+)
+def test_a_rule_reading_an_unknown_signal_or_stat_is_refused_at_load(old: str, new: str, field: str, reason: str):
+    """The loader checks every input against the signal registry (llmdiag.schema.registry), so a typo in a rule is
+    an error when the catalogue loads, never a rule that is silently always skipped."""
+    good = (REPO_ROOT / MEM001).read_text()
+    assert old in good
+    with pytest.raises(RuleSpecError) as info:
+        parse_rule(MEM001, good.replace(old, new, 1))
+    assert info.value.field == field
+    assert reason in info.value.reason
 
 
 def test_codes_are_unique_and_files_are_named_after_them():
@@ -91,7 +105,7 @@ def test_committed_rule_docs_are_up_to_date():
     ],
 )
 def test_bad_rule_files_name_the_path_and_field(text: str, field: str):
-    good = (REPO_ROOT / "rules/memory/MEM001-kv-cache-saturated.toml").read_text()
+    good = (REPO_ROOT / MEM001).read_text()
     broken = good.replace('code = "MEM001"', text) if field != "(file)" else text
     with pytest.raises(RuleSpecError) as info:
         parse_rule("rules/memory/MEM001-kv-cache-saturated.toml", broken)
@@ -100,7 +114,7 @@ def test_bad_rule_files_name_the_path_and_field(text: str, field: str):
 
 
 def test_rule_file_name_must_match_code_and_slug():
-    good = (REPO_ROOT / "rules/memory/MEM001-kv-cache-saturated.toml").read_text()
+    good = (REPO_ROOT / MEM001).read_text()
     with pytest.raises(RuleSpecError, match="must be named MEM001-kv-cache-saturated.toml"):
         parse_rule("rules/memory/MEM009-other.toml", good)
 
@@ -116,6 +130,7 @@ def test_wheel_ships_the_catalogue(tmp_path: Path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "llmdiag/probes/vllm.toml" in names
     assert {f"llmdiag/probes/tables/{t}.toml" for t in ("gpus", "interconnects", "models")} <= names
+    assert "llmdiag/probes/signals.toml" in names and "llmdiag/probes/logs.toml" in names
     assert "llmdiag/rules/memory/MEM001-kv-cache-saturated.toml" in names
     assert "llmdiag/py.typed" in names
     assert "llmdiag/reports/report.html.j2" in names and "llmdiag/reports/vendor/uplot/uPlot.iife.min.js" in names
@@ -153,7 +168,7 @@ def test_rule_fixes_cover_every_engine_it_applies_to(rule):
     ],
 )
 def test_fix_schema_rejects_unknown_engines_and_stray_fixes(fix: str, reason: str):
-    good = (REPO_ROOT / "rules/memory/MEM001-kv-cache-saturated.toml").read_text()
+    good = (REPO_ROOT / MEM001).read_text()
     broken = good.replace("[fix]\n", f"[fix]\n{fix}\n", 1).replace('applies_to = ["vllm", "sglang", "trtllm"]', "")
     with pytest.raises(RuleSpecError, match=reason) as info:
         parse_rule("rules/memory/MEM001-kv-cache-saturated.toml", broken)
