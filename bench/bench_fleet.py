@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llmdiag.api import diagnose_fleet  # noqa: E402
 from llmdiag.client.endpoint import Connection
+from llmdiag.config import url_targets  # noqa: E402
 from llmdiag.sim.load import ClosedLoopLoad  # noqa: E402
 from llmdiag.sim.presets import get_preset  # noqa: E402
 from llmdiag.sim.server import SimServer  # noqa: E402
-from llmdiag.targets import url_targets  # noqa: E402
 
 
 @contextmanager

@@ -1,14 +1,27 @@
 """User settings from llmdiag.toml: threshold overrides, muted findings (each with a reason), and what
-`llmdiag check` watches: named ``[[targets]]`` and the ``[check]`` defaults."""
+`llmdiag check` watches: named ``[[targets]]`` and the ``[check]`` defaults.
+
+Targets also come from a targets file (a multi-target scan's ``--targets``): either llmdiag.toml's ``[[targets]]``
+(the same model `llmdiag check` reads: names, metrics_url, headers from environment variables …), told by a
+``.toml`` name, or a plain list, one target a line::
+
+    # comments and blank lines are skipped
+    http://10.0.0.1:8000
+    replica-b=http://10.0.0.2:8000
+
+A plain line's name is ``NAME=`` when given, else the URL's host:port (``#2``, ``#3`` … when repeated).
+"""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from llmdiag.errors import ConfigError
+from llmdiag.errors import ConfigError, UsageError, option, redact_url
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,14 +46,15 @@ class Mute(BaseModel):
 # headers that carry credentials: a config file names the environment variable that holds them instead
 SECRET_HEADERS = {"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"}
 DEFAULT_CHECK_WINDOW_SECONDS = 10.0
+# a target's name: shown in status lines, perfdata labels and Prometheus labels, and the history's key
+TARGET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
 
 
 class Target(BaseModel):
     """One server that `llmdiag check` watches. Secrets come from the environment, never from the file."""
 
     model_config = ConfigDict(extra="forbid")
-    # shown in status lines, perfdata labels and Prometheus labels, and the history's key
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$", max_length=100)
+    name: str = Field(pattern=TARGET_NAME_PATTERN, max_length=100)
     url: str
     metrics_url: str | None = None
     dcgm_url: str | None = None
@@ -123,3 +137,66 @@ def load_settings(path: Path | None) -> Settings:
         raise ConfigError(f"{path}: {where}: {first['msg']}") from None
     settings.rules = {code.upper(): o for code, o in settings.rules.items()}
     return settings
+
+
+TARGETS_FILE_HINT = (
+    "one URL a line (optionally NAME=URL, '#' comments), or a .toml file with [[targets]] name = … url = …"
+)
+
+
+def url_targets(urls: list[str], taken: set[str] | None = None) -> list[Target]:
+    """URLs as targets named host:port (repeats, and names in ``taken``, get #2, #3 …)."""
+    targets, seen = [], set(taken or ())
+    for url in urls:
+        name = urlsplit(redact_url(url)).netloc or redact_url(url)
+        base, n = name, 2
+        while name in seen:
+            name, n = f"{base}#{n}", n + 1
+        seen.add(name)
+        targets.append(Target.model_construct(name=name, url=url))  # any URL; secrets stay in the connection
+    return targets
+
+
+def read_targets_file(path: Path) -> list[Target]:
+    """The targets of a targets file (see the module's docstring), in the file's order."""
+    given = f"{option('targets_file')} {path}"
+    if path.suffix == ".toml":
+        targets = load_settings(path).targets
+        if not targets:
+            raise UsageError(f"{given}: no [[targets]] in it", TARGETS_FILE_HINT)
+        return list(targets)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{given}: no such file", TARGETS_FILE_HINT) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{given}: cannot read it: {exc}", TARGETS_FILE_HINT) from None
+    entries = _targets_file_entries(text, given)
+    if not entries:
+        raise UsageError(f"{given}: no target in it", TARGETS_FILE_HINT)
+    names = [name for name, _ in entries if name]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError(f"{given}: names repeat: {', '.join(dupes)}", "give each target its own name")
+    unnamed = iter(url_targets([url for name, url in entries if not name], taken=set(names)))
+    return [Target.model_construct(name=name, url=url) if name else next(unnamed) for name, url in entries]
+
+
+def _targets_file_entries(text: str, given: str) -> list[tuple[str, str]]:
+    """A plain targets file's (name or "", url) pairs, in the file's order."""
+    entries: list[tuple[str, str]] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, sep, url = line.partition("=")
+        if sep and "://" not in name:
+            name, url = name.strip(), url.strip()
+            if not re.match(TARGET_NAME_PATTERN, name):
+                raise UsageError(f"{given}:{number}: bad name {name!r}", "names are letters, digits, _.:/-")
+        else:
+            name, url = "", line
+        if not re.match(r"^https?://[^\s/]+", url):
+            raise UsageError(f"{given}:{number}: {redact_url(url)!r} is not an http(s) URL", TARGETS_FILE_HINT)
+        entries.append((name, url))
+    return entries

@@ -13,20 +13,82 @@
     ├── BenchFailedError           the NCCL benchmark's torchrun job failed or did not finish
     └── ProbeError                 a source could not be read
         ├── ConnectError           refused, DNS failure, TLS failure
-        ├── ProbeTimeout           no answer in --timeout
+        ├── ProbeTimeout           no answer in the timeout
         ├── HTTPStatusError        401, 403, 404, 5xx …
         ├── NotMetricsError        the page is HTML, JSON, or not a known server's metrics
         │   └── UnsupportedServerError  no server probe recognises what the URL answers
         ├── ExpositionParseError   truncated or garbage Prometheus text
         ├── ResponseTooLargeError  the page is larger than the read cap
         └── EmptyWindowError       no usable pair of scrapes (e.g. the server restarted mid-scan)
+
+Naming an option in a message: ``option(key)``. The code below the CLI never spells a command-line flag: a
+message or hint that tells the user to change a setting names it by the library's parameter name (the keyword
+of the entry point or model that takes it, e.g. ``timeout_seconds``) through ``option()``, which returns how the
+caller names it. A library caller sees the keyword (``raise timeout_seconds``); the CLI installs its spelling at
+startup (``use_option_spelling``) and the same call gives the flag (``raise --timeout``). The spelling is looked
+up when ``option()`` is called, so it must never be called at import time (a module-level string, a class
+attribute, a default argument): build the message when the error is raised. A class's default hint that names an
+option is therefore built when it is read: ``hint = OptionHint(lambda: f"… {option('timeout_seconds')} …")``.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from urllib.parse import urlsplit, urlunsplit
+
+
+def library_spelling(key: str) -> str:
+    """The library's name for an option: its keyword, as given."""
+    return key
+
+
+_spelling: Callable[[str], str] = library_spelling
+
+
+def option(key: str) -> str:
+    """How the caller names the option whose library parameter is ``key`` (``--timeout`` on the command line,
+    ``timeout_seconds`` for a library caller). Call it when the message is built, never at import time."""
+    return _spelling(key)
+
+
+def use_option_spelling(spell: Callable[[str], str] | None) -> Callable[[str], str]:
+    """Install how options are named in messages from now on (process-wide; None: the library's). Returns the
+    spelling it replaces, for a caller that puts it back when done."""
+    global _spelling
+    previous, _spelling = _spelling, spell or library_spelling
+    return previous
+
+
+USERINFO_RE = re.compile(r"^([^:/?#]*://)[^/?#]*@")
+
+
+def redact_url(url: str) -> str:
+    """Drop user:password from a URL before it is shown anywhere. Never raises, even on a malformed URL.
+
+    It lives here, on the floor every other module stands on, because messages at every floor show URLs."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unclosed IPv6 bracket: strip the user-info by hand
+        return USERINFO_RE.sub(r"\1***@", url)
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc=f"***@{parts.netloc.rpartition('@')[2]}")
+    return urlunsplit(parts)
+
+
+class OptionHint:
+    """A class's default hint that names options: built each time it is read (on the class or on an error without
+    a hint of its own), so the options are spelled as the caller spells them at that moment."""
+
+    def __init__(self, build: Callable[[], str]) -> None:
+        self._build = build
+
+    def __get__(self, instance: object, owner: type | None = None) -> str:
+        return self._build()
+
 
 class LlmdiagError(Exception):
-    """Base class. ``message`` is one line; ``hint`` says what to do about it."""
+    """Base class. ``message`` is one line; ``hint`` says what to do about it (default: the class's ``hint``)."""
 
     hint: str = ""
 
@@ -62,7 +124,9 @@ class TraceFileError(InputFileError):
 
 
 class HistoryError(LlmdiagError):
-    hint = "check the --history path and its folder's permissions, or pass --no-history"
+    hint = OptionHint(
+        lambda: f"check the {option('history')} path and its folder's permissions, or pass {option('no_history')}"
+    )
 
 
 class ProbeError(LlmdiagError):
@@ -74,15 +138,18 @@ class ConnectError(ProbeError):
 
 
 class ProbeTimeout(ProbeError):
-    hint = "the server did not answer in time; raise --timeout or check that it is not hung"
+    hint = OptionHint(
+        lambda: f"the server did not answer in time; raise {option('timeout_seconds')} or check that it is not hung"
+    )
 
 
 class HTTPStatusError(ProbeError):
     def __init__(self, url: str, status: int, reason: str = "") -> None:
+        api_key, header = option("api_key"), option("headers")
         hints = {
-            401: "the server wants credentials: pass --api-key (or LLMDIAG_API_KEY) or --header 'Authorization: …'",
-            403: "the credentials were refused: check --api-key / --header",
-            404: "no metrics page there: point at the server's base URL, or give --metrics-url",
+            401: f"the server wants credentials: pass {api_key} (or LLMDIAG_API_KEY) or {header} 'Authorization: …'",
+            403: f"the credentials were refused: check {api_key} / {header}",
+            404: f"no metrics page there: point at the server's base URL, or give {option('metrics_url')}",
         }
         hint = hints.get(status, "the server failed to answer; check its log")
         super().__init__(f"{url} answered HTTP {status}{(' ' + reason) if reason else ''}", hint)
@@ -90,7 +157,9 @@ class HTTPStatusError(ProbeError):
 
 
 class NotMetricsError(ProbeError):
-    hint = "point llmdiag at the inference server's base URL, or its metrics page with --metrics-url"
+    hint = OptionHint(
+        lambda: f"point llmdiag at the inference server's base URL, or its metrics page with {option('metrics_url')}"
+    )
 
 
 class ExpositionParseError(ProbeError):
@@ -98,7 +167,7 @@ class ExpositionParseError(ProbeError):
 
 
 class ResponseTooLargeError(ProbeError):
-    hint = "raise the cap with --max-metrics-bytes if the page really is that large"
+    hint = OptionHint(lambda: f"raise the cap with {option('max_metrics_bytes')} if the page really is that large")
 
 
 class EmptyWindowError(ProbeError):
@@ -108,7 +177,12 @@ class EmptyWindowError(ProbeError):
 class PrometheusQueryError(ProbeError):
     """A Prometheus (or Mimir/Thanos) query API answered with an error: HTTP status, ``status: error``, a limit."""
 
-    hint = "check the query by hand with the curl line in the message's signal, or narrow --selector / the window"
+    hint = OptionHint(
+        lambda: (
+            "check the query by hand with the curl line in the message's signal, or narrow "
+            f"{option('selector')} / the window"
+        )
+    )
 
 
 class BenchUsageError(UsageError):

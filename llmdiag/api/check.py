@@ -13,56 +13,21 @@ aggregating checks: a real problem somewhere outranks "could not look" elsewhere
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 
 from llmdiag._version import __version__
 from llmdiag.api.runner import run_bounded
 from llmdiag.api.scan import diagnose
-from llmdiag.client.endpoint import API_KEY_ENV, Connection, redact_url
+from llmdiag.api.targets import connection_for
+from llmdiag.client.endpoint import Connection, redact_url
 from llmdiag.collect.live import TelemetryOptions
 from llmdiag.collect.prometheus.api import PrometheusSource
 from llmdiag.config import Settings, Target
-from llmdiag.errors import ConfigError, LlmdiagError
+from llmdiag.errors import LlmdiagError
 from llmdiag.history import CheckRow, History
 from llmdiag.model import Severity
 from llmdiag.model.check import CheckReport, State, TargetResult, state_of, worst
-
-
-def connection_for(target: Target, max_metrics_bytes: int | None = None) -> Connection:
-    """A target's connection, its secrets read from the environment variables the config file names."""
-    from llmdiag.client.endpoint import parse_header
-
-    headers = dict(target.headers)
-    for name, variable in target.headers_env.items():
-        value = os.environ.get(variable)
-        if not value:
-            raise ConfigError(
-                f"target '{target.name}': header {name} comes from ${variable}, which is not set",
-                f"export {variable}=… in the check's environment (cron, systemd Environment=)",
-            )
-        headers[name] = value
-    api_key = None
-    if target.api_key_env:
-        api_key = os.environ.get(target.api_key_env)
-        if not api_key:
-            raise ConfigError(
-                f"target '{target.name}': api_key_env ${target.api_key_env} is not set",
-                f"export {target.api_key_env}=… in the check's environment",
-            )
-    # a header given as 'Name: value' in the file is parsed like --header, for the same checks
-    headers = dict(parse_header(f"{k}: {v}") for k, v in headers.items())
-    kwargs = {"max_metrics_bytes": max_metrics_bytes} if max_metrics_bytes else {}
-    return Connection(
-        base_url=target.url,
-        metrics_url=target.metrics_url,
-        headers=headers,
-        api_key=api_key if target.api_key_env else os.environ.get(API_KEY_ENV) or None,
-        timeout_seconds=target.timeout_seconds,
-        insecure=target.insecure,
-        **kwargs,
-    )
 
 
 def check_target(

@@ -4,29 +4,15 @@ base URL normalised, a URL shown (never with a password), a --header parsed, a b
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-from llmdiag.errors import UsageError
+# redact_url lives with the errors (messages on every floor show URLs); imported from here as before
+from llmdiag.errors import UsageError, redact_url
 
 API_KEY_ENV = "LLMDIAG_API_KEY"
 # a metrics page larger than this is not read whole (a misrouted URL serving a file, a runaway label)
 DEFAULT_MAX_METRICS_BYTES = 16 * 1024 * 1024
-
-
-USERINFO_RE = re.compile(r"^([^:/?#]*://)[^/?#]*@")
-
-
-def redact_url(url: str) -> str:
-    """Drop user:password from a URL before it is shown anywhere. Never raises, even on a malformed URL."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # e.g. an unclosed IPv6 bracket: strip the user-info by hand
-        return USERINFO_RE.sub(r"\1***@", url)
-    if "@" in parts.netloc:
-        parts = parts._replace(netloc=f"***@{parts.netloc.rpartition('@')[2]}")
-    return urlunsplit(parts)
 
 
 def normalise_base_url(url: str) -> str:

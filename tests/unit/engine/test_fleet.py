@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from llmdiag.api.runner import run_bounded
+from llmdiag.config import read_targets_file
 from llmdiag.engine.fleet import build_fleet, build_timeline, majority_class, target_from_error
 from llmdiag.errors import UsageError
 from llmdiag.model import Bottleneck, FleetStep, FleetTarget, ReplicaNumbers
-from llmdiag.targets import read_targets_file
 
 H, M, IDLE, U = Bottleneck.healthy, Bottleneck.memory, Bottleneck.idle, Bottleneck.unknown
 

@@ -1,0 +1,106 @@
+"""`llmdiag capacity`: how many users one deployment serves, how fast each one is, and what runs out first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmdiag.cli.options import flag_groups
+from llmdiag.cli.output import fail, print_json, stderr, stdout
+from llmdiag.engine.capacity import plan_capacity
+from llmdiag.errors import LlmdiagError, UsageError
+from llmdiag.physics.hardware import GPUS, MODELS, GpuSpec, ModelSpec, find_gpu, find_model, load_model_config
+from llmdiag.physics.step import DEFAULT_GPU_MEMORY_UTILIZATION
+from llmdiag.planning import simulate_capacity
+from llmdiag.render.capacity import render_capacity, render_capacity_json
+
+app = typer.Typer(add_completion=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityDeploymentFlags:
+    """The deployment: GPU, model (known, or a config.json), TP, interconnect, and vLLM's memory and batch caps."""
+
+    gpu: Annotated[str | None, typer.Option("--gpu", help="H100, H200, A100 or L4 (SXM parts).")] = None
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="llama-3-8b, llama-3-70b, qwen2.5-7b, qwen2.5-72b, mistral-7b, mixtral-8x7b."),
+    ] = None
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size (GPUs per model replica).")] = 1
+    model_config: Annotated[
+        Path | None, typer.Option("--model-config", help="A Hugging Face config.json instead of --model.")
+    ] = None
+    interconnect: Annotated[
+        str | None, typer.Option("--interconnect", help="nvlink, pcie4 or pcie5 (default: NVLink where there is one).")
+    ] = None
+    gpu_memory_utilization: Annotated[
+        float | None, typer.Option("--gpu-memory-utilization", help="vLLM's share of GPU memory (default 0.92).")
+    ] = None
+    max_num_seqs: Annotated[
+        int | None, typer.Option("--max-num-seqs", help="vLLM's batch cap (default: vLLM's for that GPU).")
+    ] = None
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option("--max-num-batched-tokens", help="vLLM's tokens per step (default: vLLM's).")
+    ] = None
+
+    def specs(self) -> tuple[GpuSpec, ModelSpec]:
+        """The GPU and the model: both must be given, the model once (--model or --model-config)."""
+        if self.gpu is None:
+            raise UsageError("no GPU given", f"--gpu NAME; known GPUs: {', '.join(GPUS)}")
+        if self.model is not None and self.model_config is not None:
+            raise UsageError("both --model and --model-config given", "pass one of them")
+        if self.model is None and self.model_config is None:
+            raise UsageError(
+                "no model given", f"--model NAME (known: {', '.join(MODELS)}) or --model-config PATH/config.json"
+            )
+        gpu = find_gpu(self.gpu)
+        model = load_model_config(self.model_config) if self.model_config is not None else find_model(str(self.model))
+        return gpu, model
+
+
+@app.command()
+@flag_groups
+def capacity(
+    users: Annotated[int, typer.Option("--users", help="Users with a request in flight at once.")],
+    prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", help="Prompt length of each request.")],
+    output_tokens: Annotated[int, typer.Option("--output-tokens", help="Output length of each request.")],
+    *,
+    deployment: CapacityDeploymentFlags,
+    simulate: Annotated[
+        bool, typer.Option("--simulate", help="Also run the built-in simulator for this case and print it.")
+    ] = False,
+    simulate_seconds: Annotated[
+        float, typer.Option("--simulate-seconds", help="Wall time of the --simulate run.", min=2.0)
+    ] = 15.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the capacity report as JSON.")] = False,
+) -> None:
+    """How many users one deployment serves, how fast each one is, and what runs out first (a roofline)."""
+    try:
+        gpu, model = deployment.specs()
+        report = plan_capacity(
+            gpu,
+            model,
+            tp=deployment.tp,
+            users=users,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            interconnect=deployment.interconnect,
+            gpu_memory_utilization=deployment.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
+            max_num_seqs=deployment.max_num_seqs,
+            max_num_batched_tokens=deployment.max_num_batched_tokens,
+        )
+        if simulate:
+            if not as_json:
+                stderr.print(f"simulating for {simulate_seconds:g} s …")
+            report.simulated = simulate_capacity(
+                report, gpu, model, interconnect=deployment.interconnect, seconds=simulate_seconds
+            )
+    except LlmdiagError as error:
+        fail(error)
+    if as_json:
+        print_json(render_capacity_json(report))
+    else:
+        stdout.print(render_capacity(report))

@@ -1,0 +1,55 @@
+"""`llmdiag demo`: the built-in simulated vLLM in a known state, loaded, scanned and judged like any server
+(also what `llmdiag scan` without a URL runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from llmdiag.api.scan import run_demo
+from llmdiag.cli.options import DemoOutputFlags, OutputFlags, flag_groups
+from llmdiag.cli.output import emit, exit_code, fail, note, scan_progress, write_html, write_output
+from llmdiag.errors import LlmdiagError
+from llmdiag.render.json import render_json
+
+DEFAULT_DEMO_PRESET = "scheduling"
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+@flag_groups
+def demo(
+    preset: Annotated[
+        str, typer.Option("--preset", help="healthy, memory, compute, scheduling or network.")
+    ] = DEFAULT_DEMO_PRESET,
+    duration: Annotated[float, typer.Option("--duration", "-d", help="Seconds to watch the server.")] = 15.0,
+    output_path: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Also write the verdict as JSON to this file.")
+    ] = Path("llmdiag-demo.json"),
+    *,
+    output: DemoOutputFlags,
+) -> None:
+    """Start the built-in simulated vLLM in a known state, load it, scan it and print the verdict."""
+    show_demo(preset, duration, output_path, output)
+
+
+def show_demo(preset: str, duration: float, output_path: Path | None, output: OutputFlags) -> NoReturn:
+    """Run the demo and show its verdict; exit by its worst finding against --fail-on."""
+    try:
+        output.check()
+        settings = output.settings()
+        with scan_progress(f"the simulated server ({preset})", quiet=output.as_json) as tick:
+            verdict = run_demo(preset, duration, settings, on_progress=tick, on_phase=None if output.as_json else note)
+        if output_path is not None:
+            write_output(output_path, render_json(verdict))
+        if output.html is not None:
+            write_html(output.html, verdict, quiet=output.as_json)
+    except LlmdiagError as error:
+        fail(error)
+    emit(verdict, output.as_json, output.verbose, output.markdown)
+    if output_path is not None and not output.as_json:
+        note(f"verdict written to {output_path}")
+    raise typer.Exit(exit_code(verdict, output.fail_on))

@@ -1,0 +1,208 @@
+"""`llmdiag load`: drive a bounded load, level by level, and diagnose each level (a URL, or the built-in simulator)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmdiag.api.load import run_load
+from llmdiag.cli.options import (
+    ApiKeyOpt,
+    ConfigOpt,
+    ConnectionFlags,
+    DcgmUrlOpt,
+    HeaderOpt,
+    HtmlOpt,
+    InsecureOpt,
+    JsonOpt,
+    MarkdownOpt,
+    MetricsUrlOpt,
+    NvmlOpt,
+    PidOpt,
+    check_outputs,
+    flag_groups,
+    telemetry_options,
+)
+from llmdiag.cli.output import EXIT_OK, fail, load_progress, note, print_json, stdout, write_html, write_output
+from llmdiag.client.endpoint import Connection
+from llmdiag.collect.live import TelemetryOptions
+from llmdiag.collect.load import LoadPlan, TokenLengths
+from llmdiag.config import Settings, load_settings
+from llmdiag.errors import LlmdiagError, UsageError
+from llmdiag.model import LoadReport
+from llmdiag.render.load import render_load
+from llmdiag.render.markdown import render_markdown
+from llmdiag.sim.presets import get_preset
+from llmdiag.sim.server import SimServer
+
+app = typer.Typer(add_completion=False)
+
+
+def parse_levels(text: str, what: str) -> list[float]:
+    try:
+        levels = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{what} {text!r} is not a number or a comma-separated list", "e.g. 1,8,32,128") from None
+    if not levels:
+        raise UsageError(f"{what} is empty", "e.g. 1,8,32,128")
+    return levels
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadFlags:
+    """The load: its levels (users or arrival rates), each level's window, the requests, the SLOs."""
+
+    users: Annotated[
+        str | None, typer.Option("--users", "-u", help="Closed-loop users: N, or a sweep like 1,8,32.")
+    ] = None
+    sweep: Annotated[str | None, typer.Option("--sweep", help="The same as --users with a list: 1,8,32,128.")] = None
+    rate: Annotated[
+        str | None, typer.Option("--rate", help="Open-loop Poisson arrivals per second: R, or a list 1,2,4.")
+    ] = None
+    duration: Annotated[float, typer.Option("--duration", "-d", help="Measured seconds per level.")] = 20.0
+    warmup: Annotated[float, typer.Option("--warmup", help="Seconds of load before each level's window.")] = 3.0
+    requests_cap: Annotated[int, typer.Option("--requests", help="At most this many requests per level.")] = 20_000
+    prompt_tokens: Annotated[
+        str, typer.Option("--prompt-tokens", help="Prompt length: 256, 128:512 (uniform) or normal:256,64.")
+    ] = "256"
+    output_tokens: Annotated[
+        str, typer.Option("--output-tokens", help="Output length (ignore_eos): 128, 64:256 or normal:128,32.")
+    ] = "128"
+    model: Annotated[str | None, typer.Option("--model", help="Model name (default: the server's first).")] = None
+    chat: Annotated[bool, typer.Option("--chat", help="Use /v1/chat/completions.")] = False
+    think_time: Annotated[float, typer.Option("--think-time", help="Seconds a user waits between requests.")] = 0.0
+    slo_ttft: Annotated[float | None, typer.Option("--slo-ttft", help="Goodput: TTFT at most this (s).")] = None
+    slo_tpot: Annotated[float | None, typer.Option("--slo-tpot", help="Goodput: TPOT at most this (s).")] = None
+    allow_remote: Annotated[
+        bool, typer.Option("--allow-remote", help="Allow a server that is not on this machine.")
+    ] = False
+
+    def plan(self, timeout_seconds: float) -> LoadPlan:
+        if (self.users or self.sweep) and self.rate:
+            raise UsageError("give users (--users/--sweep) or --rate, not both")
+        closed = self.rate is None
+        levels = (
+            parse_levels(self.rate, "--rate") if self.rate else parse_levels(self.users or self.sweep or "8", "--users")
+        )
+        return LoadPlan(
+            levels=levels,
+            mode="closed" if closed else "open",
+            duration_seconds=self.duration,
+            warmup_seconds=self.warmup,
+            max_requests=self.requests_cap,
+            prompt_tokens=TokenLengths.parse(self.prompt_tokens, "--prompt-tokens"),
+            output_tokens=TokenLengths.parse(self.output_tokens, "--output-tokens"),
+            model=self.model,
+            chat=self.chat,
+            think_time_seconds=self.think_time,
+            allow_remote=self.allow_remote,
+            timeout_seconds=timeout_seconds,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadTargetFlags:
+    """The server under load: how to reach it and its telemetry (scan's flags, with a request's timeout)."""
+
+    metrics_url: MetricsUrlOpt = None
+    dcgm_url: DcgmUrlOpt = None
+    nvml: NvmlOpt = True
+    pid: PidOpt = None
+    header: HeaderOpt = None
+    api_key: ApiKeyOpt = None
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds without a byte before a request fails.")] = 60.0
+    insecure: InsecureOpt = False
+
+    def connection(self, url: str) -> Connection:
+        # the scrapes keep scan's short timeout; the load's requests wait up to --timeout for each byte
+        scrapes = ConnectionFlags(
+            metrics_url=self.metrics_url,
+            header=self.header,
+            api_key=self.api_key,
+            timeout=min(self.timeout, 10.0),
+            insecure=self.insecure,
+        )
+        return scrapes.connection(url)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadOutputFlags:
+    """What the load report becomes."""
+
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Also write the report as JSON.")] = None
+    as_json: JsonOpt = False
+    config: ConfigOpt = None
+    html: HtmlOpt = None
+    markdown: MarkdownOpt = False
+
+
+@app.command()
+@flag_groups
+def load(
+    url: Annotated[
+        str | None, typer.Argument(help="The server's base URL. None: the built-in simulator (--preset).")
+    ] = None,
+    *,
+    workload: LoadFlags,
+    preset: Annotated[str, typer.Option("--preset", help="Simulator state when no URL is given.")] = "healthy",
+    target: LoadTargetFlags,
+    output: LoadOutputFlags,
+) -> None:
+    """Drive a bounded load (closed-loop users or open-loop arrivals), level by level, and diagnose each level."""
+    try:
+        check_outputs(output.as_json, output.markdown)
+        plan = workload.plan(target.timeout)
+        plan.validate_levels()  # before a simulator is started for nothing
+        settings = load_settings(output.config)
+        if url is None:
+            report = load_simulator(preset, plan, workload, settings, output.as_json)
+        else:
+            connection = target.connection(url)
+            telemetry = telemetry_options(target.dcgm_url, target.nvml, target.pid)
+            report = drive(connection, telemetry, plan, workload, settings, output.as_json)
+        if output.output is not None:
+            write_output(output.output, report.model_dump_json(indent=2))
+        if output.html is not None:
+            write_html(output.html, report, quiet=output.as_json or output.markdown)
+    except LlmdiagError as error:
+        fail(error)
+    if output.as_json:
+        print_json(report.model_dump_json(indent=2))
+    elif output.markdown:
+        sys.stdout.write(render_markdown(report))
+    else:
+        stdout.print(render_load(report))
+    raise typer.Exit(EXIT_OK)
+
+
+def load_simulator(preset: str, plan: LoadPlan, workload: LoadFlags, settings: Settings, quiet: bool) -> LoadReport:
+    """No URL: the load runs against the built-in simulator in the preset's state."""
+    with SimServer(get_preset(preset)) as sim:
+        if not quiet:
+            note(f"no server given: loading the built-in simulator ({preset}) at {sim.url}")
+        telemetry = TelemetryOptions(dcgm_url=sim.dcgm_url, nvml="off", host=False)
+        return drive(Connection(base_url=sim.url), telemetry, plan, workload, settings, quiet)
+
+
+def drive(
+    connection: Connection,
+    telemetry: TelemetryOptions,
+    plan: LoadPlan,
+    workload: LoadFlags,
+    settings: Settings,
+    quiet: bool,
+) -> LoadReport:
+    """Run the load's levels with a progress bar (or a line per level) on stderr."""
+    level_seconds = plan.warmup_seconds + plan.duration_seconds
+    with load_progress(len(plan.levels) * (level_seconds + 1.0), quiet=quiet) as show:
+
+        def say(index: int, total: int, level: float) -> None:
+            users = f"{level:g} user" + ("s" if level != 1 else "")
+            what = users if plan.mode == "closed" else f"{level:g} requests/s"
+            show(f"level {index + 1}/{total}: {what} for {level_seconds:g} s")
+
+        return run_load(connection, plan, telemetry, settings, workload.slo_ttft, workload.slo_tpot, on_level=say)
