@@ -8,13 +8,11 @@ from typing import Annotated
 
 import typer
 
+from llmdiag.api.capacity import capacity_question, run_capacity
 from llmdiag.cli.options import flag_groups
 from llmdiag.cli.output import fail, print_json, stderr, stdout
-from llmdiag.engine.capacity import plan_capacity
-from llmdiag.errors import LlmdiagError, UsageError
-from llmdiag.physics.hardware import GPUS, MODELS, GpuSpec, ModelSpec, find_gpu, find_model, load_model_config
-from llmdiag.physics.step import DEFAULT_GPU_MEMORY_UTILIZATION
-from llmdiag.planning import simulate_capacity
+from llmdiag.engine.capacity import CapacityQuestion
+from llmdiag.errors import LlmdiagError
 from llmdiag.render.capacity import render_capacity, render_capacity_json
 
 app = typer.Typer(add_completion=False)
@@ -46,19 +44,20 @@ class CapacityDeploymentFlags:
         int | None, typer.Option("--max-num-batched-tokens", help="vLLM's tokens per step (default: vLLM's).")
     ] = None
 
-    def specs(self) -> tuple[GpuSpec, ModelSpec]:
-        """The GPU and the model: both must be given, the model once (--model or --model-config)."""
-        if self.gpu is None:
-            raise UsageError("no GPU given", f"--gpu NAME; known GPUs: {', '.join(GPUS)}")
-        if self.model is not None and self.model_config is not None:
-            raise UsageError("both --model and --model-config given", "pass one of them")
-        if self.model is None and self.model_config is None:
-            raise UsageError(
-                "no model given", f"--model NAME (known: {', '.join(MODELS)}) or --model-config PATH/config.json"
-            )
-        gpu = find_gpu(self.gpu)
-        model = load_model_config(self.model_config) if self.model_config is not None else find_model(str(self.model))
-        return gpu, model
+    def question(self, users: int, prompt_tokens: int, output_tokens: int) -> CapacityQuestion:
+        return capacity_question(
+            self.gpu,
+            self.model,
+            self.model_config,
+            users=users,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            tp=self.tp,
+            interconnect=self.interconnect,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+        )
 
 
 @app.command()
@@ -79,25 +78,9 @@ def capacity(
 ) -> None:
     """How many users one deployment serves, how fast each one is, and what runs out first (a roofline)."""
     try:
-        gpu, model = deployment.specs()
-        report = plan_capacity(
-            gpu,
-            model,
-            tp=deployment.tp,
-            users=users,
-            prompt_tokens=prompt_tokens,
-            output_tokens=output_tokens,
-            interconnect=deployment.interconnect,
-            gpu_memory_utilization=deployment.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
-            max_num_seqs=deployment.max_num_seqs,
-            max_num_batched_tokens=deployment.max_num_batched_tokens,
-        )
-        if simulate:
-            if not as_json:
-                stderr.print(f"simulating for {simulate_seconds:g} s …")
-            report.simulated = simulate_capacity(
-                report, gpu, model, interconnect=deployment.interconnect, seconds=simulate_seconds
-            )
+        question = deployment.question(users, prompt_tokens, output_tokens)
+        say = None if as_json else lambda seconds: stderr.print(f"simulating for {seconds:g} s …")
+        report = run_capacity(question, simulate_seconds if simulate else None, on_simulate=say)
     except LlmdiagError as error:
         fail(error)
     if as_json:
