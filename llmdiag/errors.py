@@ -29,6 +29,12 @@ startup (``use_option_spelling``) and the same call gives the flag (``raise --ti
 up when ``option()`` is called, so it must never be called at import time (a module-level string, a class
 attribute, a default argument): build the message when the error is raised. A class's default hint that names an
 option is therefore built when it is read: ``hint = OptionHint(lambda: f"… {option('timeout_seconds')} …")``.
+
+The key is the parameter the user would change, as the library spells it (``timeout_seconds``, ``headers``,
+``metrics_url``); where the library has no keyword of its own for a flag, the key is the flag's name in snake case
+(``no_history``: a library caller passes ``history=None``). The CLI spells a key by its table
+(``llmdiag.cli.options.FLAG_NAMES``: ``timeout_seconds`` → ``--timeout``), else as ``--`` and the key with '-' for
+'_' (``metrics_url`` → ``--metrics-url``); a new key whose flag is spelled otherwise goes into that table.
 """
 
 from __future__ import annotations
