@@ -140,7 +140,8 @@ def scan_progress(what: str, quiet: bool) -> Iterator[Callable[[int, int], None]
     if quiet or not stderr.is_terminal:
         yield None
         return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn  # a terminal's run only
+    # rich's progress bars load rich.console: only a run that a person watches pays for them
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(
         TextColumn("[dim]watching {task.description}"),
@@ -163,7 +164,8 @@ def load_progress(total_seconds: float, quiet: bool) -> Iterator[Callable[[str],
     if not stderr.is_terminal:
         yield note
         return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn  # a terminal's
+    # rich's progress bars load rich.console: only a run that a person watches pays for them
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     with Progress(
         TextColumn("[dim]{task.description}"),
