@@ -211,7 +211,9 @@ class UnsupportedServerError(NotMetricsError):
     """No server probe recognises what the URL answers. ``hint`` is a template: ``{servers}`` becomes the list of
     supported servers (llmdiag.collect.detect.unsupported fills it in)."""
 
-    hint = (
-        "supported: {servers}; if it is one of them, name it with --server NAME (and --metrics-url if its page is "
-        "elsewhere)"
+    hint = OptionHint(
+        lambda: (
+            f"supported: {{servers}}; if it is one of them, name it with {option('server')} NAME (and "
+            f"{option('metrics_url')} if its page is elsewhere)"
+        )
     )

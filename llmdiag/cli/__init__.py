@@ -141,7 +141,7 @@ def usage_error(exc: typer.TyperException) -> int:
         return EXIT_OK
     command = ctx.command_path if ctx is not None else "llmdiag"
     hint = f"run `{command} --help` for the options"
-    message = exc.format_message()  # type: ignore[attr-defined]  # every usage error is a click exception
+    message = exc.format_message()
     if ctx is not None and ctx.info_name == "check":  # a Nagios plugin's bad arguments are UNKNOWN
         sys.stdout.write(f"LLMDIAG UNKNOWN - {' '.join(message.split())}\n")
         print_error(message, hint)

@@ -19,6 +19,7 @@ from llmdiag.errors import (
     ProbeTimeout,
     PrometheusQueryError,
     ResponseTooLargeError,
+    UnsupportedServerError,
     option,
     use_option_spelling,
 )
@@ -82,6 +83,8 @@ CLI_HINTS = {
     ResponseTooLargeError: "raise the cap with --max-metrics-bytes if the page really is that large",
     PrometheusQueryError: "check the query by hand with the curl line in the message's signal, "
     "or narrow --selector / the window",
+    UnsupportedServerError: "supported: {servers}; if it is one of them, name it with --server NAME (and "
+    "--metrics-url if its page is elsewhere)",
 }
 
 
