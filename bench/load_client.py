@@ -60,7 +60,6 @@ from typing import Any
 import psutil
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
 SAMPLE_SECONDS = 0.5
 PRESET = "healthy"  # Llama 3 8B on one H100, max_num_seqs 1024: 1000 users all run in the batch
