@@ -1,4 +1,4 @@
-"""GuideLLM, the load-generator baseline of bench/load_client.py, in its own virtualenv outside the repository.
+"""GuideLLM, the load-generator baseline of bench/bench_client.py, in its own virtualenv outside the repository.
 
 Everything lives under ``${LLMDIAG_CACHE_DIR:-~/.cache/llmdiag}`` (bench/venv_cache.py):
 
@@ -30,6 +30,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from sim_process import SimProcess
 from venv_cache import build_lock, cache_dir
 
 GUIDELLM_VERSION = "0.8.1"
@@ -190,8 +191,6 @@ def guidellm_command(
 
 def check_against_sim() -> int:
     """A 3 s, 8-stream guidellm run against ``llmdiag sim serve`` on loopback; prints the JSON's top keys."""
-    from load_client import SimProcess
-
     with SimProcess("healthy") as sim, tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "guidellm.json"
         cmd = guidellm_command(sim.url, sim.model, 8, 3, 64, 16, out)
