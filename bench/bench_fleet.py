@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from local_prometheus import LocalPrometheus, missing
+from local_prometheus import LocalPrometheus, why_missing
 
 from llmdiag.api import diagnose_fleet
 from llmdiag.client.endpoint import Connection
@@ -102,8 +102,8 @@ def prometheus_targets(args: argparse.Namespace) -> list[dict]:
     from llmdiag.api import diagnose_prometheus
     from llmdiag.collect.prometheus.api import PrometheusSource
 
-    if missing():
-        print(f"prometheus: skipped ({missing()})", flush=True)
+    if why_missing():
+        print(f"prometheus: skipped ({why_missing()})", flush=True)
         return []
     rows: list[dict] = []
     with loaded_simulators(args) as servers:

@@ -17,7 +17,7 @@ BINARY = "prometheus"
 INTERVAL_SECONDS = 1.0
 
 
-def missing() -> str | None:
+def why_missing() -> str | None:
     """Why no Prometheus can run here, or None."""
     return None if shutil.which(BINARY) else f"{BINARY} not on PATH (apt-get install prometheus)"
 
