@@ -31,14 +31,14 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from local_prometheus import LocalPrometheus, why_missing
 
-from llmdiag.api import diagnose_fleet  # noqa: E402
+from llmdiag.api import diagnose_fleet
 from llmdiag.client.endpoint import Connection
-from llmdiag.config import url_targets  # noqa: E402
-from llmdiag.sim.load import ClosedLoopLoad  # noqa: E402
-from llmdiag.sim.presets import get_preset  # noqa: E402
-from llmdiag.sim.server import SimServer  # noqa: E402
+from llmdiag.config import url_targets
+from llmdiag.sim.load import ClosedLoopLoad
+from llmdiag.sim.presets import get_preset
+from llmdiag.sim.server import SimServer
 
 
 @contextmanager
@@ -101,15 +101,14 @@ def direct_targets(args: argparse.Namespace) -> list[dict]:
 def prometheus_targets(args: argparse.Namespace) -> list[dict]:
     from llmdiag.api import diagnose_prometheus
     from llmdiag.collect.prometheus.api import PrometheusSource
-    from tests.support.prometheus_server import PrometheusServer, missing
 
-    if missing():
-        print(f"prometheus: skipped ({missing()})", flush=True)
+    if why_missing():
+        print(f"prometheus: skipped ({why_missing()})", flush=True)
         return []
     rows: list[dict] = []
     with loaded_simulators(args) as servers:
         jobs = {f"replica-{i}": [servers[i % len(servers)].metrics_url] for i in range(args.targets)}
-        with PrometheusServer(jobs) as prom:
+        with LocalPrometheus(jobs) as prom:
             prom.wait_for_samples("vllm:num_requests_running", args.targets, samples=4, timeout_seconds=60)
             time.sleep(max(0.0, args.window - 4))
             for count in sorted({min(5, args.targets), min(20, args.targets), args.targets}):

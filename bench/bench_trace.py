@@ -41,13 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from make_large_trace import DEFAULT_OUT as LARGE_OUT
+from make_large_trace import ensure as ensure_large
+from venv_cache import build_lock, cache_dir
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.make_large_trace import DEFAULT_OUT as LARGE_OUT  # noqa: E402
-from bench.make_large_trace import ensure as ensure_large  # noqa: E402
-from tests.realserver.vllm_cpu import cache_dir, file_lock  # noqa: E402
 
 SHARED_TRACES = REPO.parent / "shared" / "traces"
 HTA_VERSION = "0.5.0"
@@ -129,7 +127,7 @@ def _hta_ready() -> bool:
 def ensure_hta() -> Path:
     if _hta_ready():
         return hta_python()
-    with file_lock(cache_dir() / f"{HTA_VENV}.lock"):
+    with build_lock(HTA_VENV):
         if not _hta_ready():
             venv = hta_venv()
             if venv.exists():

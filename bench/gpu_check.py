@@ -19,8 +19,9 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+# The one bench that puts the repository on sys.path itself: it is run on GPU machines from a bare checkout, with
+# the machine's own CUDA torch and nvidia-ml-py, where llmdiag may not be installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llmdiag.collect.signals import build_signal_set  # noqa: E402
 from llmdiag.collect.telemetry.nvml import NvmlSampler, explain  # noqa: E402
@@ -80,10 +81,10 @@ def main() -> int:
         import pynvml
         import torch
     except ImportError as exc:
-        print(f"ERROR: {exc}\nHINT: pip install 'llmdiag[gpu]' and a CUDA build of torch", file=sys.stderr)
+        print(f"ERROR: {exc}: this needs nvidia-ml-py and a CUDA build of torch", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
-        print("ERROR: torch sees no CUDA device\nHINT: run this on a GPU machine", file=sys.stderr)
+        print("ERROR: no GPU here (torch sees no CUDA device): run this on a GPU machine", file=sys.stderr)
         return 2
     library = (
         RecordingNvml(pynvml, source=f"bench/gpu_check.py on {time.strftime('%Y-%m-%d')}") if args.record else pynvml

@@ -1,6 +1,6 @@
-"""GuideLLM, the load-generator baseline of bench/load_client.py, in its own virtualenv outside the repository.
+"""GuideLLM, the load-generator baseline of bench/bench_client.py, in its own virtualenv outside the repository.
 
-Everything lives under ``${LLMDIAG_CACHE_DIR:-~/.cache/llmdiag}`` (the convention of tests/realserver/vllm_cpu.py):
+Everything lives under ``${LLMDIAG_CACHE_DIR:-~/.cache/llmdiag}`` (bench/venv_cache.py):
 
 * ``guidellm-0.8.1/``               the virtualenv: ``guidellm[perf]==0.8.1`` and the CPU wheel ``torch==2.13.0``
                                     (plain ``pip install guidellm`` pulls a 6 GB CUDA torch); ≈ 1 min, ≈ 1.5 GB
@@ -30,11 +30,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-# one cache directory and one lock convention for every tool venv the project builds
-from tests.realserver.vllm_cpu import cache_dir, file_lock  # noqa: E402
+from sim_process import SimProcess
+from venv_cache import build_lock, cache_dir
 
 GUIDELLM_VERSION = "0.8.1"
 TORCH_VERSION = "2.13.0"
@@ -149,7 +146,7 @@ def ensure() -> Path:
     if is_ready():
         _log(f"already built: {venv} and {tokenizer_dir()} (stamps {STAMP}); nothing to do")
         return venv
-    with file_lock(cache_dir() / f"{VENV_NAME}.lock"):
+    with build_lock(VENV_NAME):
         if not venv_ready():
             if venv.exists():
                 _log(f"removing incomplete or outdated {venv}")
@@ -194,10 +191,6 @@ def guidellm_command(
 
 def check_against_sim() -> int:
     """A 3 s, 8-stream guidellm run against ``llmdiag sim serve`` on loopback; prints the JSON's top keys."""
-    repo = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(repo))
-    from bench.load_client import SimProcess  # noqa: PLC0415
-
     with SimProcess("healthy") as sim, tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "guidellm.json"
         cmd = guidellm_command(sim.url, sim.model, 8, 3, 64, 16, out)

@@ -13,14 +13,14 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from page_server import PageServer, recorded_page
 
-from llmdiag.collect.exposition import parse_exposition  # noqa: E402
-from llmdiag.collect.signals import build_signal_set  # noqa: E402
-from llmdiag.engine.evaluate import build_verdict  # noqa: E402
-from llmdiag.schema.loader import load_probe  # noqa: E402
-from tests.support.httpserver import ReplayResponder, Reply, ScriptedServer, strip_scraped_at  # noqa: E402
+from llmdiag.collect.exposition import parse_exposition
+from llmdiag.collect.signals import build_signal_set
+from llmdiag.engine.evaluate import build_verdict
+from llmdiag.schema.loader import load_probe
+
+REPO = Path(__file__).resolve().parents[1]
 
 FIXTURES = REPO / "tests" / "fixtures" / "vllm-0.32.0"
 
@@ -30,7 +30,7 @@ def real_pages(state: str = "healthy") -> list[Path]:
 
 
 def bench_parse() -> None:
-    page = strip_scraped_at(real_pages()[0].read_text())
+    page = recorded_page(real_pages()[0]).decode()
     runs = 50
     start = time.perf_counter()
     for _ in range(runs):
@@ -57,13 +57,13 @@ def child_peak_rss_mib(args: list[str]) -> tuple[float, int, float]:
 def bench_oversized_page() -> None:
     line = 'vllm:num_requests_running{engine="0",model_name="' + "x" * 60 + '"} 1.0\n'
     body = (line * (20 * 1024 * 1024 // len(line))).encode()
-    with ScriptedServer(lambda path, headers: Reply(body=body)) as server:
+    with PageServer([body], path=None) as server:
         rss, rc, wall = child_peak_rss_mib(["scan", server.url, "--duration", "2"])
     print(f"20 MB /metrics page: exit {rc} after {wall:.1f} s, peak RSS of the llmdiag process {rss:.0f} MiB")
 
 
 def bench_default_scan() -> None:
-    with ScriptedServer(ReplayResponder(real_pages("healthy"))) as server:
+    with PageServer([recorded_page(path) for path in real_pages("healthy")]) as server:
         start = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-m", "llmdiag", "scan", server.url, "--json"], capture_output=True, text=True, cwd=REPO

@@ -27,7 +27,6 @@ from pathlib import Path
 import psutil
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
 SERVER_CODE = """
 import sys
