@@ -22,6 +22,10 @@ from llmdiag.collect.signals import build_signal_set
 from llmdiag.errors import UsageError
 from llmdiag.model import SignalSet
 from llmdiag.schema.loader import load_probe
+from llmdiag.sim.dialect_llamacpp import BUILD
+from llmdiag.sim.dialect_sglang import DECODE_LOG_INTERVAL
+from llmdiag.sim.dialect_tgi import TGI_VERSION
+from llmdiag.sim.dialect_trtllm import IterationLog
 from llmdiag.sim.dialects import Dialect, SimState, dialect_names, get_dialect
 from llmdiag.sim.engine import Engine
 from llmdiag.sim.metrics import HttpCounts
@@ -92,7 +96,9 @@ def rate(signals: SignalSet, name: str) -> float | None:
 
 
 def test_every_dialect_is_registered_by_name_and_an_unknown_one_is_refused():
-    assert dialect_names() == ["vllm", "sglang", "tgi", "llamacpp", "trtllm", "triton"]
+    # vLLM's first (it lives in llmdiag.sim.dialects); the others in the order their modules were imported
+    names = dialect_names()
+    assert names[0] == "vllm" and sorted(names) == ["llamacpp", "sglang", "tgi", "triton", "trtllm", "vllm"]
     assert get_dialect("SGLang").name == "sglang"
     with pytest.raises(UsageError) as info:
         get_dialect("ollama")
@@ -121,6 +127,7 @@ def test_sglang_scheduler_gauges_hold_the_last_log_tick_and_no_created_series():
     assert "_created" not in text and 'tp_rank="0"' in text
     # three decode steps finish b and c; no prefill and fewer than 40 decode steps since: no new tick, so the
     # page still shows the batch of two while the engine runs nothing
+    assert DECODE_LOG_INTERVAL == 40  # SGLang's --decode-log-interval default
     now = scenario.now
     for _ in range(3):
         now = run_step(scenario.engine, now)[0].end
@@ -159,6 +166,7 @@ def test_tgi_writes_as_its_rust_exporter_and_its_info_names_the_router():
     info = json.loads(scenario.page("/info")[0])
     assert info["router"] == "text-generation-router" and info["max_batch_total_tokens"] == 32
     assert (info["max_total_tokens"], info["max_input_tokens"]) == (32, 31)
+    assert info["version"] == TGI_VERSION and info["model_id"] == "demo-model"
 
 
 # --- llama.cpp ---------------------------------------------------------------------------------------------
@@ -180,6 +188,7 @@ def test_llamacpp_props_and_slots_are_the_batch_cap():
     scenario.second()
     props = json.loads(scenario.page("/props")[0])
     assert (props["total_slots"], props["default_generation_settings"]["n_ctx"]) == (2, 32)
+    assert props["build_info"] == BUILD and props["model_path"] == "/models/demo-model.gguf"
     slots = json.loads(scenario.page("/slots")[0])
     assert [s["is_processing"] for s in slots] == [True, True]
     assert scenario.dialect.headers == {"Server": "llama.cpp"}
@@ -209,6 +218,15 @@ def test_trtllm_iteration_records_one_per_step_drained_on_read():
     stats = record["inflightBatchingStats"]
     assert (stats["numContextRequests"], stats["numCtxTokens"], stats["numGenRequests"]) == (2, 12, 0)
     assert record["iterLatencyMS"] > 0 and record["kvCacheStats"]["tokensPerBlock"] == 4
+
+
+def test_the_iteration_queue_keeps_only_the_newest_records():
+    engine = tiny()
+    log = IterationLog(engine, WALL, max_records=2)
+    engine.add_request(request("a", 6, 4))
+    drain(engine)  # four steps
+    assert [r["iter"] for r in log.drain()] == [2, 3] and log.drain() == []
+    assert log.last is not None and log.last["iter"] == 3  # the gauges keep the last record after a read
 
 
 @pytest.mark.xfail(
