@@ -10,13 +10,15 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
-import torch.distributed as dist
 
-from llmdiag.collect.nccl import bench
-from llmdiag.collect.nccl.collectives import memory_copy_probe, run_collectives
-from llmdiag.collect.nccl.env import Env
 from llmdiag.model import NcclBenchOptions, NcclBenchReport
+
+torch = pytest.importorskip("torch", reason="the torch extra (llmdiag[torch], in llmdiag[test]) is not installed")
+dist = pytest.importorskip("torch.distributed")
+
+from llmdiag.collect.nccl import bench  # noqa: E402  (imports torch)
+from llmdiag.collect.nccl.collectives import memory_copy_probe, run_collectives  # noqa: E402
+from llmdiag.collect.nccl.env import Env  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU ranks only")
 CPU = Env(0, 1, 0, 1, "gloo", "cpu", "x86_64", torch.__version__)

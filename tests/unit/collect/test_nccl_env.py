@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import psutil
 import pytest
-import torch
 
-from llmdiag.collect.nccl.env import DEFAULT_GLOO_MAX_BYTES, Env, detect_link, memory_peak, read_env, size_cap
 from llmdiag.model import NcclBenchOptions
 from llmdiag.schema.links import describe_link
+
+torch = pytest.importorskip("torch", reason="the torch extra (llmdiag[torch], in llmdiag[test]) is not installed")
+
+from llmdiag.collect.nccl.env import (  # noqa: E402  (imports torch)
+    DEFAULT_GLOO_MAX_BYTES,
+    Env,
+    detect_link,
+    memory_peak,
+    read_env,
+    size_cap,
+)
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="these read a CPU-only machine's ranks")
 
