@@ -36,7 +36,8 @@ MAX_CUT_TRIES = 64
 # a top-level value other than traceEvents (deviceProperties, distributedInfo …) larger than this is not a trace's
 MAX_TOP_VALUE_BYTES = 64 << 20
 
-GPU_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "Kernel": 0, "Memcpy": 1, "Memset": 2}
+# keyed by str | None: it is read with an event's category, which the trace may leave out
+GPU_CATS: dict[str | None, int] = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "Kernel": 0, "Memcpy": 1, "Memset": 2}
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
 OP_CATS = frozenset({"cpu_op", "user_annotation", "Operator"})
 STEP_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
@@ -477,8 +478,11 @@ def _convert(objs: list[Any]) -> list[_Event]:
     for obj in objs:
         if not isinstance(obj, dict):
             continue
-        fields = {k: v for k in ("ph", "cat", "name") if isinstance(v := obj.get(k), str)}
-        fields |= {k: float(v) for k in ("ts", "dur") if type(v := obj.get(k)) in (int, float)}
+        fields: dict[str, Any] = {k: v for k in ("ph", "cat", "name") if isinstance(v := obj.get(k), str)}
+        # a JSON number: int or float, not bool (the decoder makes no other subclass)
+        fields |= {
+            k: float(v) for k in ("ts", "dur") if isinstance(v := obj.get(k), (int, float)) and not isinstance(v, bool)
+        }
         fields |= {k: obj.get(k) for k in ("pid", "tid")}
         args = obj.get("args")
         if isinstance(args, dict):
