@@ -113,10 +113,9 @@ async def take_arrival(request: web.Request, handler: Callable[[web.Request], Aw
     """As every request starts, whatever its route, it takes its arrival stamp off the connection, so that the next
     request stamps its own: a client may send the next one before this one's handler has returned."""
     protocol = request.protocol
-    arrived_at = getattr(protocol, "llmdiag_arrived_at", None)
-    if arrived_at is not None:
-        request[ARRIVAL_KEY] = arrived_at
-        protocol.llmdiag_arrived_at = None  # type: ignore[union-attr]
+    if isinstance(protocol, _ArrivalStampingHandler) and protocol.llmdiag_arrived_at is not None:
+        request[ARRIVAL_KEY] = protocol.llmdiag_arrived_at
+        protocol.llmdiag_arrived_at = None
     return await handler(request)
 
 
