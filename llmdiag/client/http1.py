@@ -9,7 +9,7 @@ import re
 import socket
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from llmdiag.client.result import RequestResult, _monotonic
 from llmdiag.client.rxtime import StampingSocket
@@ -123,7 +123,7 @@ class _Connection(asyncio.BufferedProtocol):
     # asyncio.BufferedProtocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream connection's (asyncio types it as the base)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -196,7 +196,14 @@ class _Connection(asyncio.BufferedProtocol):
 
     @property
     def reusable(self) -> bool:
-        return not self.closed and self._keep_alive and self._state == _IDLE and not self.transport.is_closing()  # type: ignore[union-attr]
+        transport = self.transport
+        return (
+            not self.closed
+            and self._keep_alive
+            and self._state == _IDLE
+            and transport is not None
+            and not transport.is_closing()
+        )
 
     def _check_idle(self) -> None:
         if self._state == _IDLE:
