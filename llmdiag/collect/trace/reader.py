@@ -18,13 +18,14 @@ uses instead; the first GPU event drops it.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import re
 import zlib
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -303,19 +304,25 @@ class _Sink:
                 self.t.comm_ops[ext] = op
 
 
-def _open(path: Path) -> IO[bytes]:
+class ByteStream(Protocol):
+    """What the reader needs of a trace's stream: a file opened "rb", a GzipFile over one, a BytesIO."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
+def _open(path: Path) -> io.BufferedIOBase:
     raw = path.open("rb")
     magic = raw.read(2)
     raw.seek(0)
     if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        return gzip.GzipFile(fileobj=raw, mode="rb")
     return raw
 
 
 class _Reader:
     """A byte buffer over the (decompressed) stream with a read position."""
 
-    def __init__(self, stream: IO[bytes], path: str, chunk_bytes: int = CHUNK_BYTES) -> None:
+    def __init__(self, stream: ByteStream, path: str, chunk_bytes: int = CHUNK_BYTES) -> None:
         self.stream = stream
         self.path = path
         self.chunk_bytes = chunk_bytes
@@ -508,7 +515,7 @@ def read_trace(path: Path, op_pattern: re.Pattern[str], chunk_bytes: int = CHUNK
 
 
 def read_trace_stream(
-    stream: IO[bytes], op_pattern: re.Pattern[str], name: str, chunk_bytes: int = CHUNK_BYTES
+    stream: ByteStream, op_pattern: re.Pattern[str], name: str, chunk_bytes: int = CHUNK_BYTES
 ) -> RankTrace:
     trace = RankTrace(path=name)
     sink = _Sink(trace, op_pattern)
