@@ -130,5 +130,6 @@ def stamping_listener(server: web.Server, host: str, port: int, backlog: int) ->
     """Make aiohttp's ``server`` hand out the stamping protocol, and open the listener whose sockets stamp each read
     (serve it with ``web.SockSite``)."""
     server.__class__ = _ArrivalStampingServer  # only to hand out the stamping protocol
-    listener = server.llmdiag_listener = rx_listener(host, port, backlog)  # type: ignore[attr-defined]
+    assert isinstance(server, _ArrivalStampingServer)  # as the line above made it (a type checker cannot follow)
+    listener = server.llmdiag_listener = rx_listener(host, port, backlog)
     return listener
