@@ -200,7 +200,7 @@ def diagnose_prometheus_fleet_timeline(
         }
         fleet_steps.append(FleetStep(at_unix=t, classes={key: v.bottleneck for key, v in verdicts.items()}))
         bad = sum(1 for v in verdicts.values() if v.bottleneck in BAD_CLASSES)
-        severity = sum((v.worst_severity().rank if v.worst_severity() else 0) for v in verdicts.values())
+        severity = sum((worst_found.rank if (worst_found := v.worst_severity()) else 0) for v in verdicts.values())
         rank = (bad, severity, t)
         if worst is None or rank >= worst[0]:
             worst = (rank, result)

@@ -25,26 +25,25 @@ def _with_deadline(
     on_timeout: Callable[[T, float], R],
     on_error: Callable[[T, BaseException], R] | None,
 ) -> R:
-    box: dict[str, object] = {}
+    results: list[R] = []
+    errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            box["result"] = job(item)
+            results.append(job(item))
         except BaseException as exc:  # handed to the caller's thread
-            box["error"] = exc
+            errors.append(exc)
 
     thread = threading.Thread(target=run, name="llmdiag-target", daemon=True)
     thread.start()
     thread.join(timeout_seconds)
     if thread.is_alive():
         return on_timeout(item, timeout_seconds)
-    if "error" in box:
-        error = box["error"]
-        assert isinstance(error, BaseException)
+    if errors:
         if on_error is None:
-            raise error
-        return on_error(item, error)
-    return box["result"]  # type: ignore[return-value]
+            raise errors[0]
+        return on_error(item, errors[0])
+    return results[0]
 
 
 def run_bounded(

@@ -87,7 +87,7 @@ def flag_groups(command: Command) -> Command:
     def parsed(**values: Any) -> Any:
         return command(**{name: pack(values) for name, pack in packers.items()})
 
-    parsed.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    parsed.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]  # typeshed's functions lack it
     parsed.__annotations__ = {p.name: p.annotation for p in parameters}
     return typing.cast(Command, parsed)
 
@@ -354,7 +354,7 @@ class ScanOutputFlags(OutputFlags):
             help="Exit 1 when a finding is at or above this severity (default critical; "
             "never for the demo, which is bottlenecked on purpose).",
         ),
-    ] = None  # type: ignore[assignment]
+    ] = None  # type: ignore[assignment]  # None until scan's mode puts in its default; OutputFlags' is a FailOn
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,7 @@ import re
 import socket
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from llmdiag.client.result import RequestResult, _monotonic
 from llmdiag.client.rxtime import StampingSocket
@@ -26,6 +26,8 @@ MAX_BODY_BYTES = 16 * 1024 * 1024  # a non-streamed answer
 MAX_ERROR_BODY_BYTES = 64 * 1024  # what is kept of an error body
 MAX_SSE_EVENT_BYTES = 4 * 1024 * 1024
 ERROR_TEXT_CHARS = 300
+# what the parser reads: the shared read buffer, or bytes (a head's rest, a joined split event)
+_Bytes = bytes | bytearray
 _STALE = object()  # the waiter's value when a reused keep-alive connection was closed before any answer
 _STALE_ERRORS = (ConnectionResetError, BrokenPipeError)
 
@@ -105,9 +107,9 @@ class _Connection(asyncio.BufferedProtocol):
         self._chunk_stage = _CHUNK_SIZE
         self._line = b""  # a chunk-size line split across reads
         self._sse = False
-        self._pending = b""  # an SSE event split across reads
+        self._pending: _Bytes = b""  # an SSE event split across reads
         self._cr_held = False  # a CR at the end of the last read (CRLF line endings)
-        self._body: list[bytes] = []
+        self._body: list[_Bytes] = []
         self._body_size = 0
         self._received = 0
         self._done = False  # data: [DONE] seen
@@ -121,7 +123,7 @@ class _Connection(asyncio.BufferedProtocol):
     # asyncio.BufferedProtocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream connection's (asyncio types it as the base)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -194,7 +196,14 @@ class _Connection(asyncio.BufferedProtocol):
 
     @property
     def reusable(self) -> bool:
-        return not self.closed and self._keep_alive and self._state == _IDLE and not self.transport.is_closing()  # type: ignore[union-attr]
+        transport = self.transport
+        return (
+            not self.closed
+            and self._keep_alive
+            and self._state == _IDLE
+            and transport is not None
+            and not transport.is_closing()
+        )
 
     def _check_idle(self) -> None:
         if self._state == _IDLE:
@@ -286,7 +295,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     # the body's framing
 
-    def _feed_length(self, data: bytes, pos: int, end: int, now: float) -> None:
+    def _feed_length(self, data: _Bytes, pos: int, end: int, now: float) -> None:
         take = min(self._left, end - pos)
         self._left -= take
         self._payload(data, pos, pos + take, now)
@@ -295,7 +304,7 @@ class _Connection(asyncio.BufferedProtocol):
                 self._keep_alive = False  # bytes after the body
             self._end_of_body(now)
 
-    def _feed_chunked(self, data: bytes, pos: int, end: int, now: float) -> None:
+    def _feed_chunked(self, data: _Bytes, pos: int, end: int, now: float) -> None:
         while pos < end and self._state == _BODY:
             stage = self._chunk_stage
             if stage == _CHUNK_DATA:
@@ -344,7 +353,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     # the payload: SSE events, or a whole body
 
-    def _payload(self, data: bytes, start: int, end: int, now: float) -> None:
+    def _payload(self, data: _Bytes, start: int, end: int, now: float) -> None:
         if start >= end:
             return
         if self._sse:
@@ -359,7 +368,7 @@ class _Connection(asyncio.BufferedProtocol):
         else:
             self._keep_alive = False  # the rest of a long error page is dropped
 
-    def _feed_sse(self, data: bytes, start: int, end: int, now: float) -> None:
+    def _feed_sse(self, data: _Bytes, start: int, end: int, now: float) -> None:
         if self._pending or self._cr_held or data.find(b"\r", start, end) >= 0:
             data = self._join_pending(data[start:end])
             start, end = 0, len(data)
@@ -385,7 +394,7 @@ class _Connection(asyncio.BufferedProtocol):
             self._event(data, pos, boundary, now)
             pos = boundary + 2
 
-    def _join_pending(self, piece: bytes) -> bytes:
+    def _join_pending(self, piece: _Bytes) -> _Bytes:
         """The slow path: an event split across reads, or CR / CRLF line endings (normalised to LF)."""
         joined = self._pending + (b"\r" if self._cr_held else b"") + piece
         self._pending, self._cr_held = b"", False
@@ -395,7 +404,7 @@ class _Connection(asyncio.BufferedProtocol):
             joined = joined.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         return joined
 
-    def _event(self, data: bytes, start: int, end: int, now: float) -> None:
+    def _event(self, data: _Bytes, start: int, end: int, now: float) -> None:
         """One SSE event, data[start:end] without its blank line. The fast path reads a plain content event with
         three finds; anything else goes to _event_slowly."""
         if self._done:

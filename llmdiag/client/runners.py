@@ -27,7 +27,9 @@ from llmdiag.errors import UsageError
 try:  # not on every platform
     import resource
 except ImportError:  # pragma: no cover
-    resource = None  # type: ignore[assignment]
+    HAS_RESOURCE = False
+else:
+    HAS_RESOURCE = True
 
 DEFAULT_ERROR_BACKOFF_SECONDS = 0.1
 MAX_RETRY_AFTER_SECONDS = 1.0  # a runner honours Retry-After up to this; a load run is short
@@ -60,7 +62,7 @@ def check_target(base_url: str, allow_remote: bool) -> None:
 def raise_open_files_limit(wanted: int) -> int:
     """Raise this process's soft limit on open files toward ``wanted`` (never above the hard limit, never down).
     Returns the soft limit in force; one socket per user needs it on machines whose default soft limit is 1024."""
-    if resource is None:  # pragma: no cover
+    if not HAS_RESOURCE:  # pragma: no cover
         return wanted
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= wanted:
@@ -146,9 +148,9 @@ class _Run:
                     break
                 done, _ = await asyncio.wait(tasks, timeout=remaining, return_when=asyncio.FIRST_EXCEPTION)
                 tasks -= done
-                failures = [t.exception() for t in done if not t.cancelled() and t.exception() is not None]
+                failures = [e for t in done if not t.cancelled() and (e := t.exception()) is not None]
                 if failures:
-                    raise failures[0]  # type: ignore[misc]  # a bug in a factory or callback
+                    raise failures[0]  # a bug in a factory or callback
         finally:
             for task in tasks:
                 task.cancel()

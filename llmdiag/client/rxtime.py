@@ -122,7 +122,7 @@ class StampingListener(socket.socket):
         self.accepted: weakref.WeakValueDictionary[int, StampingSocket] = weakref.WeakValueDictionary()
 
     def accept(self) -> tuple[StampingSocket, Any]:
-        fd, address = self._accept()  # type: ignore[attr-defined]
+        fd, address = self._accept()  # type: ignore[attr-defined]  # _socket.socket's C accept: not in typeshed
         connection = StampingSocket(self.family, self.type, self.proto, fileno=fd)
         if socket.getdefaulttimeout() is None and self.gettimeout():
             connection.setblocking(True)  # what socket.accept does

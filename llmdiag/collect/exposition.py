@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmdiag.errors import ExpositionParseError, NotMetricsError
 
 LabelKey = tuple[tuple[str, str], ...]
+# the default label match: every series (read-only, so one instance serves every call)
+ANY_LABELS: Mapping[str, str] = MappingProxyType({})
 
 
 def label_key(labels: Mapping[str, str], drop: Iterable[str] = ()) -> LabelKey:
@@ -111,5 +114,5 @@ def _matches(key: LabelKey, match: Mapping[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in match.items())
 
 
-def select(scrape: Scrape, name: str, match: Mapping[str, str] = ()) -> dict[LabelKey, float]:
+def select(scrape: Scrape, name: str, match: Mapping[str, str] = ANY_LABELS) -> dict[LabelKey, float]:
     return {k: v for k, v in scrape.series.get(name, {}).items() if _matches(k, dict(match))}

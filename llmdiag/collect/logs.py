@@ -329,7 +329,7 @@ class _SeriesState:
 def _typical_interval(records: list[Record]) -> float | None:
     by_series: dict[str, list[float]] = {}
     for r in records:
-        if any(_field(r, name).kind == "rate" for name in r.values if _field(r, name) is not None):
+        if any((found := _field(r, name)) is not None and found.kind == "rate" for name in r.values):
             by_series.setdefault(r.series, []).append(r.at)
     gaps = [b - a for times in by_series.values() for a, b in zip(times, times[1:], strict=False) if b > a]
     return statistics.median(gaps) if gaps else None
@@ -362,10 +362,11 @@ def _scrapes(records: list[Record], interval: float | None) -> tuple[list[Scrape
             if spec is None:
                 continue
             seen.setdefault(spec.signal, spec)
-            totals = counters.setdefault(spec.signal, {}) if spec.kind != "gauge" else None
             if spec.kind == "gauge":
                 state.gauges[spec.signal] = value * spec.scale
-            elif spec.kind == "rate":
+                continue
+            totals = counters.setdefault(spec.signal, {})
+            if spec.kind == "rate":
                 totals.setdefault(record.series, 0.0)
                 if covered:
                     totals[record.series] += value * spec.scale * covered
@@ -518,9 +519,9 @@ def collect_logs(
             "give a longer log (the stat logger prints every 5-10 s), or widen --since/--until",
         )
     interval = _typical_interval(records)
-    scrapes, seen = _scrapes(records, interval)
+    scrapes, fields_seen = _scrapes(records, interval)
     has_itl = any("itl_seconds" in s.series for s in scrapes)
-    probe = _probe_spec(server, seen, has_itl)
+    probe = _probe_spec(server, fields_seen, has_itl)
     signal_set = build_signal_set(probe, scrapes, where)
     _describe(signal_set, server, where, records, interval)
     return signal_set

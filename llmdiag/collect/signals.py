@@ -264,6 +264,8 @@ class SignalBuilder:
         for scrape in reversed(self.real):
             for key in scrape.series.get(wire, {}):
                 raw = dict(key).get(spec.label or "")
+                if raw is None:
+                    continue
                 try:
                     return Signal(**common, stats={"value": float(raw)})
                 except (TypeError, ValueError):

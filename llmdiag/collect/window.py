@@ -4,11 +4,11 @@ statistics."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 
-from llmdiag.collect.exposition import LabelKey, Scrape, label_key, select
+from llmdiag.collect.exposition import ANY_LABELS, LabelKey, Scrape, label_key, select
 
 # ---------------------------------------------------------------------------------------------
 # counters
@@ -21,7 +21,7 @@ class CounterWindow:
     resets: int
 
 
-def counter_increase(scrapes: list[Scrape], name: str, match: Mapping[str, str] = ()) -> CounterWindow:
+def counter_increase(scrapes: list[Scrape], name: str, match: Mapping[str, str] = ANY_LABELS) -> CounterWindow:
     """Sum of per-series increases between consecutive scrapes.
 
     A value lower than the one before is a reset (process restart): the counter restarted from zero,
@@ -98,7 +98,7 @@ def _bucket_series(scrape: Scrape, base: str, match: Mapping[str, str]) -> dict[
     return out
 
 
-def histogram_window(scrapes: list[Scrape], base: str, match: Mapping[str, str] = ()) -> HistogramWindow | None:
+def histogram_window(scrapes: list[Scrape], base: str, match: Mapping[str, str] = ANY_LABELS) -> HistogramWindow | None:
     """Bucket deltas between consecutive scrapes, with per-series reset handling. None if no buckets."""
     if not any(scrapes[i].has(f"{base}_bucket") for i in range(len(scrapes))):
         return None
@@ -156,7 +156,7 @@ class GaugeWindow:
         }
 
 
-AGGREGATORS = {
+AGGREGATORS: dict[str, Callable[[list[float]], float]] = {
     "sum": sum,
     "mean": lambda vs: sum(vs) / len(vs),
     "max": max,
@@ -165,7 +165,7 @@ AGGREGATORS = {
 
 
 def gauge_window(
-    scrapes: list[Scrape], name: str, match: Mapping[str, str] = (), aggregate: str = "sum"
+    scrapes: list[Scrape], name: str, match: Mapping[str, str] = ANY_LABELS, aggregate: str = "sum"
 ) -> GaugeWindow:
     agg = AGGREGATORS[aggregate]
     points: list[tuple[float | None, float]] = []

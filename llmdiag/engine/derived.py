@@ -133,8 +133,13 @@ def _time_average(signals: SignalSet, histogram: str, gauge: str) -> float:
     """
     estimates: list[float] = []
     reasons: list[str] = []
-    littles_law = lambda: need(signals, histogram, "sum") / window_seconds(signals)  # noqa: E731
-    gauge_mean = lambda: need(signals, gauge, "mean")  # noqa: E731
+
+    def littles_law() -> float:
+        return need(signals, histogram, "sum") / window_seconds(signals)
+
+    def gauge_mean() -> float:
+        return need(signals, gauge, "mean")
+
     for estimate in (littles_law, gauge_mean):
         try:
             estimates.append(estimate())

@@ -148,7 +148,9 @@ def _ratio_signal(name: str, values: dict[str, float], window: float | None) -> 
     return signal, top
 
 
-def fleet_signal_set(targets: list[FleetTarget], window_seconds: float | None = None) -> tuple[SignalSet, dict]:
+def fleet_signal_set(
+    targets: list[FleetTarget], window_seconds: float | None = None
+) -> tuple[SignalSet, dict[str, str]]:
     """The fleet-level signals, and which replica each ratio's extreme is (signal name → replica)."""
     judged = [t for t in targets if t.error is None]
     signals = SignalSet()
@@ -236,7 +238,7 @@ def fleet_signal_set(targets: list[FleetTarget], window_seconds: float | None = 
     return signals, extremes
 
 
-def _order_key(target: FleetTarget, flagged: dict[str, int]) -> tuple:
+def _order_key(target: FleetTarget, flagged: dict[str, int]) -> tuple[int, int, float, float, str]:
     """A replica that a fleet rule names counts as at least that rule's severity (warning 2, critical 3)."""
     rank = max(State[target.state].rank, flagged.get(target.name, 0))
     margin = 0.0

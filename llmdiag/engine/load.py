@@ -24,13 +24,14 @@ ERROR_EXAMPLES = 5
 class Result(Protocol):
     """The fields of ``llmdiag.client.result.RequestResult`` this module reads."""
 
-    ok: bool
     error: str | None
     error_kind: str | None
     status: int | None
     ended_at: float
     output_tokens: int | None
 
+    @property
+    def ok(self) -> bool: ...
     @property
     def ttft_seconds(self) -> float | None: ...
     @property

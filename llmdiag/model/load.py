@@ -37,7 +37,7 @@ def quantile(sorted_values: Sequence[float], q: float) -> float | None:
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
 
 
-def percentiles(values: Iterable[float]) -> Percentiles:
+def percentiles(values: Iterable[float | None]) -> Percentiles:
     ordered = sorted(v for v in values if v is not None and math.isfinite(v))
     if not ordered:
         return Percentiles()

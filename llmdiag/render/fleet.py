@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import Group, RenderableType
+from rich.console import Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -26,7 +26,7 @@ def _counts(report: FleetReport) -> Text:
 
 def _table(report: FleetReport) -> Table:
     table = Table(box=None, header_style="bold", padding=(0, 1), pad_edge=False)
-    for title, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("replica", "left"),
         ("class", "left"),
         ("conf", "right"),
@@ -38,8 +38,9 @@ def _table(report: FleetReport) -> Table:
         ("TTFT p90", "right"),
         ("out tok/s", "right"),
         ("why", "left"),
-    ):
-        table.add_column(title, justify=justify, no_wrap=title != "why")  # type: ignore[arg-type]
+    )
+    for title, justify in columns:
+        table.add_column(title, justify=justify, no_wrap=title != "why")
     for t in report.targets:
         n = t.numbers
         if t.error is not None:

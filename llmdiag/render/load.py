@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -68,7 +68,7 @@ def render_load(report: LoadReport) -> RenderableType:
         pad_edge=False,
     )
     # TPOT and end-to-end percentiles are in --json; the table keeps what fits in 100 columns
-    for title, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         (level, "right"),
         ("ok", "right"),
         ("errors", "left"),
@@ -79,7 +79,8 @@ def render_load(report: LoadReport) -> RenderableType:
         ("naive\nX/N", "right"),
         ("good-\nput", "right"),
         ("verdict", "left"),
-    ):
+    )
+    for title, justify in columns:
         table.add_column(title, justify=justify, no_wrap=True, min_width=10 if title == "verdict" else None)
     for point in report.points:
         per_user = point.per_user_decode_tokens_per_second

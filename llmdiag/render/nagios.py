@@ -19,7 +19,9 @@ from llmdiag.schema.loader import load_rules
 from llmdiag.schema.rules import RuleSpec
 
 # label, signal, stat, UOM, min, max: always reported (U when unavailable)
-PERFDATA = (
+# (label, signal, stat, unit of measure, min, max): min and max are the perfdata's bounds, None when open
+PerfItem = tuple[str, str, str, str, float | None, float | None]
+PERFDATA: tuple[PerfItem, ...] = (
     ("kv_cache_usage_ratio", "kv_cache_usage_ratio", "max", "", 0, 1),
     ("requests_running", "requests_running_avg", "value", "", 0, None),
     ("requests_waiting", "requests_waiting_avg", "value", "", 0, None),
@@ -77,7 +79,7 @@ def perfdata(result: TargetResult, settings: Settings, prefix: str = "") -> list
     if verdict is None:
         return []
     ladders = _ladders(settings)
-    wanted = [(label, signal, stat, uom, lo, hi) for label, signal, stat, uom, lo, hi in PERFDATA]
+    wanted: list[PerfItem] = list(PERFDATA)
     # the ladder signal of each finding, when it is not one of the fixed ones
     fixed = {(signal, stat) for _, signal, stat, *_ in PERFDATA}
     for finding in verdict.findings:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import Group, RenderableType
+from rich.console import Group, JustifyMethod, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -59,7 +59,8 @@ def _evidence_table(evidence: list[Evidence]) -> Table:
         rows.append((name, format_value(item.value, item.unit), threshold, item.source))
     table = Table(show_header=True, header_style="dim", box=None, padding=(0, 1), pad_edge=False)
     # numbers are never cut; only the source column gives way on a narrow terminal
-    for index, (title, justify) in enumerate((("signal", "left"), ("value", "right"), ("threshold", "right"))):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("signal", "left"), ("value", "right"), ("threshold", "right"))
+    for index, (title, justify) in enumerate(columns):
         width = max([len(title)] + [len(row[index]) for row in rows])
         table.add_column(title, justify=justify, no_wrap=True, min_width=width)
     table.add_column("source", style="dim", no_wrap=True, overflow="ellipsis")

@@ -6,9 +6,9 @@ Every loader is cached: the catalogue is read once per process. A rule is checke
 
 from __future__ import annotations
 
+import sys
 from functools import cache, lru_cache
 from importlib import resources
-from importlib.resources.abc import Traversable
 
 from llmdiag.errors import RuleSpecError
 from llmdiag.schema.base import parse_toml
@@ -17,6 +17,11 @@ from llmdiag.schema.logs import load_log_spec
 from llmdiag.schema.probes import ProbeSpec
 from llmdiag.schema.registry import SIGNALS_PATH, SignalCatalogue, SignalRegistry, build_registry
 from llmdiag.schema.rules import RuleSpec
+
+if sys.version_info >= (3, 11):
+    from importlib.resources.abc import Traversable
+else:  # pragma: no cover
+    from importlib.abc import Traversable
 
 # the name the catalogue modules of the first layout imported (schema/links.py, schema/logs.py now use parse_toml)
 _parse = parse_toml

@@ -122,7 +122,7 @@ class ModelTable(_Strict):
 
 
 def _load(name: str, model: type[Table]) -> Table:
-    entry = resources.files("llmdiag.probes").joinpath("tables", f"{name}.toml")
+    entry = resources.files("llmdiag.probes").joinpath("tables").joinpath(f"{name}.toml")
     return _parse(model, f"probes/tables/{name}.toml", entry.read_text(encoding="utf-8"))
 
 

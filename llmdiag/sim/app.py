@@ -350,8 +350,8 @@ class SimApp:
             sent = 0
             while True:
                 if sim.generated == sent and not sim.finished:
-                    waiter[0] = loop.create_future()
-                    await waiter[0]
+                    waiter[0] = output_ready = loop.create_future()
+                    await output_ready
                 produced = sim.generated
                 if produced == sent and not sim.finished:
                     continue
@@ -383,7 +383,7 @@ def _page_handler(page: Page) -> Callable[[web.Request], Awaitable[web.Response]
         except PageUnavailable as exc:
             return error_response(404, str(exc), "NotFoundError")
         body, content_type = result[0], result[1]
-        status = result[2] if len(result) > 2 else 200  # type: ignore[misc]
+        status = result[2] if len(result) > 2 else 200
         return web.Response(status=status, body=body, headers={"Content-Type": content_type})
 
     return handle

@@ -134,9 +134,9 @@ class SglangCollector(Collector):
         )
         labels = dict(zip(TOKENIZER_LABELS, tokenizer, strict=True))
         for name, doc, attribute in HISTOGRAMS:
-            family = _histogram(name, doc, labels, getattr(stats, attribute), 0.0)
-            family.samples = [s for s in family.samples if not s.name.endswith("_created")]  # multiprocess mode
-            yield family
+            histogram = _histogram(name, doc, labels, getattr(stats, attribute), 0.0)
+            histogram.samples = [s for s in histogram.samples if not s.name.endswith("_created")]  # multiprocess mode
+            yield histogram
 
 
 def _pages(state: SimState) -> dict[str, Page]:

@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from llmdiag.errors import UsageError
-from llmdiag.physics.step import Deployment, StepLoad, StepTime, kv_bytes_per_token_per_gpu, kv_capacity, step_time
+from llmdiag.model.capacity import StepTime
+from llmdiag.physics.step import Deployment, StepLoad, kv_bytes_per_token_per_gpu, kv_capacity, step_time
 
 FinishReason = Literal["stop", "length", "abort", "error", "repetition"]
 FINISH_REASONS: tuple[FinishReason, ...] = ("stop", "length", "abort", "error", "repetition")
@@ -188,6 +189,8 @@ class EngineConfig:
     max_num_queued_reqs: int | None = None  # None = no cap (vLLM's default)
     enable_chunked_prefill: bool = True  # vLLM V1 always chunks; False admits only whole prompts
     extra_step_overhead_seconds: float = 0.0  # host time per step beyond the physics' scheduler overhead
+    # the KV cache's blocks, worked out by __post_init__ (not an argument, and not part of equality or repr)
+    _num_gpu_blocks: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         dep = self.deployment
@@ -235,7 +238,7 @@ class EngineConfig:
 
     @property
     def num_gpu_blocks(self) -> int:
-        return self._num_gpu_blocks  # type: ignore[attr-defined,no-any-return]
+        return self._num_gpu_blocks
 
     @property
     def block_size(self) -> int:

@@ -21,7 +21,7 @@ import itertools
 import json
 import time
 import zlib
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -104,9 +104,9 @@ def chat_prompt_tokens(messages: object) -> int:
 def words_of(prompt: object, messages: object) -> list[str]:
     """The words the engine counts: of a completion prompt, or of the chat messages' text."""
     if messages is not None:
-        chat_prompt_tokens(messages)  # validates
+        chat_prompt_tokens(messages)  # validates: a non-empty list of objects, else BadRequest
         texts: list[str] = []
-        for message in messages:  # type: ignore[union-attr]
+        for message in cast("list[dict[str, Any]]", messages):
             content = message.get("content")
             if isinstance(content, list):
                 texts += [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]

@@ -113,10 +113,9 @@ async def take_arrival(request: web.Request, handler: Callable[[web.Request], Aw
     """As every request starts, whatever its route, it takes its arrival stamp off the connection, so that the next
     request stamps its own: a client may send the next one before this one's handler has returned."""
     protocol = request.protocol
-    arrived_at = getattr(protocol, "llmdiag_arrived_at", None)
-    if arrived_at is not None:
-        request[ARRIVAL_KEY] = arrived_at
-        protocol.llmdiag_arrived_at = None  # type: ignore[union-attr]
+    if isinstance(protocol, _ArrivalStampingHandler) and protocol.llmdiag_arrived_at is not None:
+        request[ARRIVAL_KEY] = protocol.llmdiag_arrived_at
+        protocol.llmdiag_arrived_at = None
     return await handler(request)
 
 
@@ -131,5 +130,6 @@ def stamping_listener(server: web.Server, host: str, port: int, backlog: int) ->
     """Make aiohttp's ``server`` hand out the stamping protocol, and open the listener whose sockets stamp each read
     (serve it with ``web.SockSite``)."""
     server.__class__ = _ArrivalStampingServer  # only to hand out the stamping protocol
-    listener = server.llmdiag_listener = rx_listener(host, port, backlog)  # type: ignore[attr-defined]
+    assert isinstance(server, _ArrivalStampingServer)  # as the line above made it (a type checker cannot follow)
+    listener = server.llmdiag_listener = rx_listener(host, port, backlog)
     return listener

@@ -380,8 +380,7 @@ def _instance_set(
             if not seen
             else f"unrecognised server series ({', '.join(seen[:3])} …)"
         )
-        spec = server_specs["vllm"]
-        for s in spec.signal:
+        for s in server_specs["vllm"].signal:
             signal_set.add(Signal.missing(s.name, s.kind, s.unit, reason))
         signal_set.sources.append(
             SourceInfo(probe="prometheus", url=builder.where, server="unknown", ok=False, note=reason)

@@ -438,11 +438,11 @@ def _add_policy_evidence(signal_set: SignalSet, records: list[Record]) -> None:
         cap = _num(r, "maxNumActiveRequests")
         paused = _num(r, "inflightBatchingStats", "numPausedRequests")
         ctx, budget = _num(r, "inflightBatchingStats", "numCtxTokens"), _num(r, "maxNumTokensRuntime")
-        if None in (queued, active, cap, paused):
+        if queued is None or active is None or cap is None or paused is None:
             continue
         judged += 1
-        budget_full = ctx is not None and bool(budget) and ctx >= 0.9 * budget  # type: ignore[operator]
-        if queued and active < cap and not paused and not budget_full:  # type: ignore[operator]
+        budget_full = ctx is not None and budget is not None and bool(budget) and ctx >= 0.9 * budget
+        if queued and active < cap and not paused and not budget_full:
             held += 1
     name, unit = "queued_with_batch_room_ratio", "ratio"
     if not judged:

@@ -20,7 +20,9 @@ import ipaddress
 import os
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import psutil
@@ -298,10 +300,19 @@ class _Tracked:
     cpu_at: float = 0.0
 
 
-def _busy_and_total(times: object) -> tuple[float, float]:
+class _CpuTimes(Protocol):
+    """What psutil.cpu_times() gives on every platform: its fields (seconds) iterate, idle is one of them."""
+
+    @property
+    def idle(self) -> float: ...
+
+    def __iter__(self) -> Iterator[float]: ...
+
+
+def _busy_and_total(times: _CpuTimes) -> tuple[float, float]:
     """psutil.cpu_times() as (busy, total) seconds: guest time is already inside user time on Linux."""
-    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)  # type: ignore[arg-type]
-    idle = times.idle + getattr(times, "iowait", 0.0)  # type: ignore[attr-defined]
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    idle = times.idle + getattr(times, "iowait", 0.0)
     return total - idle, total
 
 
@@ -452,7 +463,10 @@ def open_host_source(base_url: str, pids: list[int]) -> Source | SourceInfo:
             problems: list[str] = []
             for pid in dict.fromkeys(pids):
                 found = _from_pid(pid)
-                (problems if isinstance(found, str) else chosen).append(found)  # type: ignore[arg-type]
+                if isinstance(found, str):
+                    problems.append(found)
+                else:
+                    chosen.append(found)
             if not chosen:
                 return unavailable_source("host", "host", NOTE.format("; ".join(problems)))
             roots = _server_roots(chosen)

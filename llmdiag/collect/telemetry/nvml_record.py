@@ -25,7 +25,7 @@ import ctypes
 import json
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NoReturn
 
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_TIMEOUT = 10
@@ -101,7 +101,7 @@ class ReplayNvml:
             raise ValueError("not an NVML recording (no 'devices' list)")
         return cls(data)
 
-    def _raise(self, code: int) -> None:
+    def _raise(self, code: int) -> NoReturn:
         raise self.NVMLError(code)
 
     def _answer(self, answers: _Answers) -> Any:

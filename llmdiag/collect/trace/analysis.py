@@ -9,7 +9,7 @@ import re
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -195,12 +195,15 @@ def _resolve(t: RankTrace, c: _Classifier, hta: bool) -> tuple[list[_Comm], list
             untyped += 1
             typed = "unknown"
         size, group_size, source = None, None, ""
-        for candidate in ops or [None]:
+        candidates: Sequence[CommOp | None] = ops or [None]
+        for candidate in candidates:
             size, group_size, source = _size(c, typed, args, candidate, world)
             if size:
                 break  # the first op that tells the message size
-        op = ops[0] if ops else None
-        group = (args.pg if args and args.pg else None) or (op.args.pg if op and op.args.pg else None) or "default"
+        first = ops[0] if ops else None
+        group = (
+            (args.pg if args and args.pg else None) or (first.args.pg if first and first.args.pg else None) or "default"
+        )
         comms.append(_Comm(start, end, family, typed, group, size, group_size, source))
     return comms, comm_iv, compute_iv, untyped
 

@@ -18,13 +18,14 @@ uses instead; the first GPU event drops it.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import re
 import zlib
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -36,7 +37,8 @@ MAX_CUT_TRIES = 64
 # a top-level value other than traceEvents (deviceProperties, distributedInfo …) larger than this is not a trace's
 MAX_TOP_VALUE_BYTES = 64 << 20
 
-GPU_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "Kernel": 0, "Memcpy": 1, "Memset": 2}
+# keyed by str | None: it is read with an event's category, which the trace may leave out
+GPU_CATS: dict[str | None, int] = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "Kernel": 0, "Memcpy": 1, "Memset": 2}
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
 OP_CATS = frozenset({"cpu_op", "user_annotation", "Operator"})
 STEP_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
@@ -302,19 +304,25 @@ class _Sink:
                 self.t.comm_ops[ext] = op
 
 
-def _open(path: Path) -> IO[bytes]:
+class ByteStream(Protocol):
+    """What the reader needs of a trace's stream: a file opened "rb", a GzipFile over one, a BytesIO."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
+def _open(path: Path) -> io.BufferedIOBase:
     raw = path.open("rb")
     magic = raw.read(2)
     raw.seek(0)
     if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        return gzip.GzipFile(fileobj=raw, mode="rb")
     return raw
 
 
 class _Reader:
     """A byte buffer over the (decompressed) stream with a read position."""
 
-    def __init__(self, stream: IO[bytes], path: str, chunk_bytes: int = CHUNK_BYTES) -> None:
+    def __init__(self, stream: ByteStream, path: str, chunk_bytes: int = CHUNK_BYTES) -> None:
         self.stream = stream
         self.path = path
         self.chunk_bytes = chunk_bytes
@@ -477,8 +485,11 @@ def _convert(objs: list[Any]) -> list[_Event]:
     for obj in objs:
         if not isinstance(obj, dict):
             continue
-        fields = {k: v for k in ("ph", "cat", "name") if isinstance(v := obj.get(k), str)}
-        fields |= {k: float(v) for k in ("ts", "dur") if type(v := obj.get(k)) in (int, float)}
+        fields: dict[str, Any] = {k: v for k in ("ph", "cat", "name") if isinstance(v := obj.get(k), str)}
+        # a JSON number: int or float, not bool (the decoder makes no other subclass)
+        fields |= {
+            k: float(v) for k in ("ts", "dur") if isinstance(v := obj.get(k), (int, float)) and not isinstance(v, bool)
+        }
         fields |= {k: obj.get(k) for k in ("pid", "tid")}
         args = obj.get("args")
         if isinstance(args, dict):
@@ -504,7 +515,7 @@ def read_trace(path: Path, op_pattern: re.Pattern[str], chunk_bytes: int = CHUNK
 
 
 def read_trace_stream(
-    stream: IO[bytes], op_pattern: re.Pattern[str], name: str, chunk_bytes: int = CHUNK_BYTES
+    stream: ByteStream, op_pattern: re.Pattern[str], name: str, chunk_bytes: int = CHUNK_BYTES
 ) -> RankTrace:
     trace = RankTrace(path=name)
     sink = _Sink(trace, op_pattern)
