@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
 
 from llmdiag.errors import UsageError
 from llmdiag.model import Roofline, Signal, SignalSet
@@ -156,18 +155,11 @@ class CapacityQuestion:
         )
 
 
-def plan_capacity(
-    question: CapacityQuestion | GpuSpec, model: ModelSpec | None = None, **settings: Any
-) -> CapacityReport:
+def plan_capacity(question: CapacityQuestion) -> CapacityReport:
     """The capacity of the question's deployment for its users (formulas: module docstring).
 
     Raises ``UsageError`` for impossible sizes or a model that does not fit.
     """
-    if not isinstance(question, CapacityQuestion):
-        # transitional: the CLI's capacity command still calls plan_capacity(gpu, model, **settings); once it calls
-        # llmdiag.api.capacity.plan this branch and the two parameters after ``question`` go
-        assert model is not None
-        question = CapacityQuestion(question, model, **settings)
     dep = question.deployment()
     memory = _memory(question, dep)
     caps = _batch_caps(question, memory)
