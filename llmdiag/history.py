@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from llmdiag.engine.baseline import BASELINE_SIGNALS, Baseline
-from llmdiag.errors import HistoryError
+from llmdiag.errors import HistoryError, option
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_SECONDS = 10.0
@@ -126,7 +126,7 @@ class History:
             elif int(row[0]) > SCHEMA_VERSION:
                 raise HistoryError(
                     f"the history {self.path} has schema version {row[0]}; this llmdiag knows {SCHEMA_VERSION}",
-                    "upgrade llmdiag, or give a new file with --history",
+                    f"upgrade llmdiag, or give a new file with {option('history')}",
                 )
             db.execute("COMMIT")
         except BaseException:

@@ -19,7 +19,7 @@ from typing import NoReturn
 
 from llmdiag.api.nccl import judge_nccl_bench
 from llmdiag.collect.nccl.options import DEFAULT_OPS, DEFAULT_SIZES, OPS, bench_options
-from llmdiag.errors import BenchUsageError, LlmdiagError
+from llmdiag.errors import BenchUsageError, LlmdiagError, use_option_spelling
 from llmdiag.model import NcclBenchOptions
 from llmdiag.render.files import write_atomic
 from llmdiag.render.nccl import render_nccl_bench
@@ -55,8 +55,22 @@ def parse_args(argv: list[str] | None) -> tuple[NcclBenchOptions, str | None]:
     return options, ns.json_out
 
 
+def flag_name(key: str) -> str:
+    """How this command line spells an option in messages from below it (llmdiag.errors.option): its flags are the
+    keys with dashes (``max_size`` → ``--max-size``); ``nproc_per_node`` is torchrun's ``--nproc-per-node``."""
+    return "--" + key.replace("_", "-")
+
+
 def main(argv: list[str] | None = None) -> int:
     """torchrun entry point. Rank 0 prints; every rank returns 0 on success, 2 on an error."""
+    library_spelling = use_option_spelling(flag_name)
+    try:
+        return _run(argv)
+    finally:
+        use_option_spelling(library_spelling)
+
+
+def _run(argv: list[str] | None) -> int:
     rank = int(os.environ.get("RANK", "0"))
     try:
         options, json_out = parse_args(argv)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from llmdiag.engine.capacity import CapacityQuestion, plan_capacity
-from llmdiag.errors import UsageError
+from llmdiag.errors import UsageError, option
 from llmdiag.model.capacity import CapacityReport
 from llmdiag.physics.hardware import GPUS, MODELS, GpuSpec, ModelSpec, find_gpu, find_model, load_model_config
 from llmdiag.physics.step import DEFAULT_GPU_MEMORY_UTILIZATION
@@ -23,12 +23,13 @@ def resolve_gpu_and_model(
 ) -> tuple[GpuSpec, ModelSpec]:
     """The GPU by name, and the model by name or from a Hugging Face config.json: both given, the model once."""
     if gpu is None:
-        raise UsageError("no GPU given", f"--gpu NAME; known GPUs: {', '.join(GPUS)}")
+        raise UsageError("no GPU given", f"{option('gpu')} NAME; known GPUs: {', '.join(GPUS)}")
     if model is not None and model_config is not None:
-        raise UsageError("both --model and --model-config given", "pass one of them")
+        raise UsageError(f"both {option('model')} and {option('model_config')} given", "pass one of them")
     if model is None and model_config is None:
         raise UsageError(
-            "no model given", f"--model NAME (known: {', '.join(MODELS)}) or --model-config PATH/config.json"
+            "no model given",
+            f"{option('model')} NAME (known: {', '.join(MODELS)}) or {option('model_config')} PATH/config.json",
         )
     gpu_spec = find_gpu(gpu)
     model_spec = load_model_config(model_config) if model_config is not None else find_model(str(model))

@@ -24,7 +24,7 @@ from llmdiag.client.endpoint import Connection, redact_url
 from llmdiag.collect.live import TelemetryOptions
 from llmdiag.collect.prometheus.api import PrometheusSource
 from llmdiag.config import Settings, Target
-from llmdiag.errors import LlmdiagError
+from llmdiag.errors import LlmdiagError, option
 from llmdiag.history import CheckRow, History
 from llmdiag.model import Severity
 from llmdiag.model.check import CheckReport, State, TargetResult, state_of, worst
@@ -72,7 +72,7 @@ def check_target(
         url=url,
         state=state_of(verdict),
         verdict=verdict,
-        baseline=baseline.describe() if baseline is not None else "baseline: none (--no-history)",
+        baseline=baseline.describe() if baseline is not None else f"baseline: none ({option('no_history')})",
         muted=muted,
     )
 
@@ -186,7 +186,7 @@ def run_prometheus_check(
                 url=target.name,
                 state=state_of(verdict),
                 verdict=verdict,
-                baseline=baselines.get(target.name, "baseline: none (--no-history)"),
+                baseline=baselines.get(target.name, f"baseline: none ({option('no_history')})"),
                 muted=muted,
             )
         )

@@ -35,7 +35,7 @@ def diagnose_fleet(
     """
     from llmdiag.api.runner import run_bounded
     from llmdiag.engine.fleet import build_fleet, target_from_error, target_from_verdict
-    from llmdiag.errors import LlmdiagError
+    from llmdiag.errors import LlmdiagError, option
 
     settings = settings or Settings()
     telemetry = telemetry or TelemetryOptions(nvml="off", host=False)
@@ -70,7 +70,7 @@ def diagnose_fleet(
             name,
             redact_url(connection.base_url),
             f"no verdict within {seconds:g} s",
-            "raise --target-timeout, or check that the server answers /metrics quickly",
+            f"raise {option('target_timeout_seconds')}, or check that the server answers /metrics quickly",
         )
 
     started = time.time()

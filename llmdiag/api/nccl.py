@@ -15,7 +15,7 @@ from llmdiag.collect.nccl.launch import DEFAULT_TIMEOUT_SECONDS, launch_bench
 from llmdiag.collect.nccl.options import DEFAULT_OPS, DEFAULT_SIZES, bench_options
 from llmdiag.collect.nccl.signals import bench_signals
 from llmdiag.engine.evaluate import build_verdict
-from llmdiag.errors import BenchUsageError
+from llmdiag.errors import BenchUsageError, option
 from llmdiag.model import NcclBenchReport
 
 
@@ -51,6 +51,7 @@ def run_nccl_bench(
     """
     options = bench_options(sizes, ops, iters, warmup, trials, max_size, link, check)
     if nproc_per_node is not None and nproc_per_node < 1:
-        raise BenchUsageError("--nproc-per-node must be at least 1", "e.g. --nproc-per-node 8 (one rank per GPU)")
+        nproc = option("nproc_per_node")
+        raise BenchUsageError(f"{nproc} must be at least 1", f"e.g. {nproc} 8 (one rank per GPU)")
     report = launch_bench(options, nproc_per_node, timeout_seconds)
     return judge_nccl_bench(report)

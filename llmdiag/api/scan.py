@@ -19,6 +19,7 @@ from llmdiag.engine.baseline import Baseline, add_baseline_signals
 from llmdiag.engine.capacity import roofline_for_window, roofline_signal
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.evaluate import build_verdict
+from llmdiag.errors import option
 from llmdiag.model import TraceReport, Verdict
 from llmdiag.physics.step import Deployment
 
@@ -52,7 +53,7 @@ def diagnose(
         connection, duration_seconds, probe=probe, on_progress=on_progress, telemetry=telemetry, canary=canary
     )
     if probe is not None:
-        note_server_choice(signals, probe, f"--server {probe} given")
+        note_server_choice(signals, probe, f"{option('server')} {probe} given")
     if not canary and canary_off_reason:
         note = f"{CANARY_LABEL}: not sent ({canary_off_reason})"
         signals.sources.append(unavailable_source("canary", CANARY_LABEL, note))

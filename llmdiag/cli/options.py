@@ -40,11 +40,25 @@ if TYPE_CHECKING:
 # The flags' names in messages from below the CLI (llmdiag.errors.option): keys are the library's parameter names
 
 FLAG_NAMES = {
+    "ca_file": "--prometheus-ca",
     "duration_seconds": "--duration",
+    "end_unix": "--to",
     "headers": "--header",
+    "max_bytes": "--max-metrics-bytes",  # analyze's dumps and logs (diagnose_files, diagnose_logs)
+    "max_requests": "--requests",
+    "password_env": "--prometheus-password-env",
+    "pids": "--pid",
+    "slo_ttft_seconds": "--slo-ttft",
+    "slo_tpot_seconds": "--slo-tpot",
+    "start_unix": "--from",
+    "step_seconds": "--step",
     "target_names": "--target",
+    "target_timeout_seconds": "--target-timeout",
     "targets_file": "--targets",
     "timeout_seconds": "--timeout",
+    "token_env": "--prometheus-token-env",
+    "token_file": "--prometheus-token-file",
+    "user": "--prometheus-user",
 }
 
 

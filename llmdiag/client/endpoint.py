@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 # redact_url lives with the errors (messages on every floor show URLs); imported from here as before
-from llmdiag.errors import UsageError, redact_url
+from llmdiag.errors import UsageError, option, redact_url
 
 API_KEY_ENV = "LLMDIAG_API_KEY"
 # a metrics page larger than this is not read whole (a misrouted URL serving a file, a runaway label)
@@ -63,5 +63,6 @@ class Connection:
 def parse_header(raw: str) -> tuple[str, str]:
     name, sep, value = raw.partition(":")
     if not sep or not name.strip():
-        raise UsageError(f"--header '{name.strip() or raw}' is not 'Name: value'", "e.g. --header 'X-Tenant: team-a'")
+        header = option("headers")
+        raise UsageError(f"{header} '{name.strip() or raw}' is not 'Name: value'", f"e.g. {header} 'X-Tenant: team-a'")
     return name.strip(), value.strip()

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from llmdiag.client.result import RequestResult, _monotonic
 from llmdiag.client.rxtime import StampingSocket
-from llmdiag.errors import UsageError
+from llmdiag.errors import UsageError, option
 
 _HEAD, _BODY, _IDLE = 0, 1, 2
 _CHUNKED, _LENGTH, _UNTIL_CLOSE = 0, 1, 2
@@ -597,7 +597,10 @@ def _header_line(name: str, value: str) -> bytes:
 
 def _connect_failure(exc: BaseException, where: str) -> str:
     if isinstance(exc, ssl.SSLCertVerificationError):
-        return f"TLS certificate of {where} not trusted ({exc.verify_message}); pass --insecure for a self-signed one"
+        return (
+            f"TLS certificate of {where} not trusted ({exc.verify_message}); pass {option('insecure')} for a "
+            "self-signed one"
+        )
     if isinstance(exc, ssl.SSLError):
         return f"TLS handshake with {where} failed ({exc.reason or exc})"
     if isinstance(exc, ConnectionRefusedError):

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from llmdiag.client.endpoint import normalise_base_url, redact_url
 from llmdiag.client.openai import ClientOptions, OpenAIClient
 from llmdiag.client.result import RequestFactory, RequestPlan, RequestResult, ResultCallback, _monotonic
-from llmdiag.errors import UsageError
+from llmdiag.errors import UsageError, option
 
 try:  # not on every platform
     import resource
@@ -55,7 +55,7 @@ def check_target(base_url: str, allow_remote: bool) -> None:
     if not allow_remote and not is_loopback(base_url):
         raise UsageError(
             f"refusing to send load to {redact_url(base_url)}: it is not this machine",
-            "pass --allow-remote (allow_remote=True) to load a server on another machine",
+            f"pass {option('allow_remote')} (allow_remote=True) to load a server on another machine",
         )
 
 

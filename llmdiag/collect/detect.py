@@ -35,6 +35,7 @@ from llmdiag.errors import (
     ProbeTimeout,
     UnsupportedServerError,
     UsageError,
+    option,
 )
 from llmdiag.schema.loader import load_probe, probe_names
 from llmdiag.schema.probes import ProbeSpec
@@ -59,7 +60,7 @@ def check_server_name(name: str) -> str:
     """--server NAME: a known server probe, or a usage error listing them."""
     known = server_names()
     if name.lower() not in known:
-        raise UsageError(f"--server {name}: unknown server", f"choose one of {', '.join(known)}")
+        raise UsageError(f"{option('server')} {name}: unknown server", f"choose one of {', '.join(known)}")
     return name.lower()
 
 

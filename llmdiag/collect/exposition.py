@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmdiag.errors import ExpositionParseError, NotMetricsError
+from llmdiag.errors import ExpositionParseError, NotMetricsError, option
 
 LabelKey = tuple[tuple[str, str], ...]
 # the default label match: every series (read-only, so one instance serves every call)
@@ -55,7 +55,7 @@ def parse_exposition(text: str, at_unix: float | None, origin: str = "metrics pa
     if stripped.startswith(("{", "[")):
         raise NotMetricsError(
             f"{origin} is JSON, not Prometheus text",
-            "TensorRT-LLM's /metrics is JSON iteration stats: point --metrics-url at /prometheus/metrics",
+            f"TensorRT-LLM's /metrics is JSON iteration stats: point {option('metrics_url')} at /prometheus/metrics",
         )
     if not text.endswith("\n"):
         # every exporter ends the page with a newline; a missing one means the body was cut off

@@ -14,6 +14,7 @@ from llmdiag.errors import (
     InputFileError,
     NotMetricsError,
     UsageError,
+    option,
 )
 from llmdiag.model import SignalSet
 from llmdiag.schema.loader import load_probe
@@ -31,7 +32,7 @@ def read_dump(path: Path, max_bytes: int) -> Scrape:
         if size > max_bytes:
             raise InputFileError(
                 f"{path} is {format_bytes(size)}, over the {format_bytes(max_bytes)} cap",
-                "raise the cap with --max-metrics-bytes if the dump really is that large",
+                f"raise the cap with {option('max_bytes')} if the dump really is that large",
             )
         text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
@@ -73,7 +74,7 @@ def collect_files(paths: list[Path], probe: str | None = "vllm", max_bytes: int 
     else:
         from llmdiag.collect.detect import check_server_name
 
-        probe, why = check_server_name(probe), f"--server {probe} given"
+        probe, why = check_server_name(probe), f"{option('server')} {probe} given"
     spec = load_probe(probe)
     for path, scrape in zip(paths, scrapes, strict=True):
         try:

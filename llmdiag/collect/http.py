@@ -14,6 +14,7 @@ from llmdiag.errors import (
     NotMetricsError,
     ProbeTimeout,
     ResponseTooLargeError,
+    option,
 )
 
 
@@ -42,7 +43,7 @@ class HttpMetricsSource:
         except requests.exceptions.SSLError:
             raise ConnectError(
                 f"TLS handshake with {self.display_url} failed",
-                "for a self-signed certificate pass --insecure",
+                f"for a self-signed certificate pass {option('insecure')}",
             ) from None
         except requests.exceptions.Timeout:
             raise ProbeTimeout(f"{self.display_url} did not answer within {conn.timeout_seconds:g} s") from None

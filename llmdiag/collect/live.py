@@ -12,7 +12,7 @@ from llmdiag.collect.canary import Canary
 from llmdiag.collect.exposition import Scrape
 from llmdiag.collect.http import HttpMetricsSource
 from llmdiag.collect.merge import merge_signal_sets
-from llmdiag.collect.servers.pages import PAGE_OFF_HINTS, build_server_signals, check_server
+from llmdiag.collect.servers.pages import build_server_signals, check_server, page_off_hint
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.collect.source import Source, unavailable_source
 from llmdiag.collect.telemetry.dcgm import dcgm_source
@@ -21,6 +21,7 @@ from llmdiag.errors import (
     HTTPStatusError,
     ProbeError,
     UsageError,
+    option,
 )
 from llmdiag.model import SignalSet, SourceInfo
 from llmdiag.schema.loader import load_probe
@@ -35,7 +36,8 @@ ProgressCallback = Callable[[int, int], None]
 def scrape_plan(duration_seconds: float, interval_seconds: float = DEFAULT_INTERVAL_SECONDS) -> tuple[int, float]:
     """How many scrapes, how far apart: at least MIN_SCRAPES spread over the duration."""
     if duration_seconds <= 0:
-        raise UsageError(f"--duration must be positive, got {duration_seconds:g}", "e.g. --duration 20")
+        duration = option("duration_seconds")
+        raise UsageError(f"{duration} must be positive, got {duration_seconds:g}", f"e.g. {duration} 20")
     interval = min(interval_seconds, duration_seconds / (MIN_SCRAPES - 1))
     return int(round(duration_seconds / interval)) + 1, interval
 
@@ -87,7 +89,7 @@ def _read(source: Source, index: int, count: int) -> None:
         source.scrapes.append(scrape)
     except ProbeError as exc:
         if source.required and not source.scrapes:
-            page_off = PAGE_OFF_HINTS.get(source.spec.name)
+            page_off = page_off_hint(source.spec.name)
             if page_off and isinstance(exc, HTTPStatusError) and exc.status == 404:
                 exc.message = f"{exc.message}: {source.spec.server} answers, but without its metrics page"
                 exc.hint = page_off

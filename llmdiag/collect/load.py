@@ -21,7 +21,7 @@ from llmdiag.client.prompts import PromptFactory
 from llmdiag.client.result import RequestPlan, RequestResult
 from llmdiag.client.runners import check_target, closed_loop, open_loop
 from llmdiag.collect.live import TelemetryOptions, collect_live
-from llmdiag.errors import LlmdiagError, UsageError
+from llmdiag.errors import LlmdiagError, UsageError, option
 from llmdiag.model import SignalSet
 
 # hard caps: a load test is bounded whatever the flags say
@@ -92,15 +92,17 @@ class LoadPlan:
 
     def validate_levels(self) -> None:
         if not self.levels:
-            raise UsageError("no load level given", "e.g. --users 8, --rate 4 or --sweep 1,8,32")
+            raise UsageError(
+                "no load level given", f"e.g. {option('users')} 8, {option('rate')} 4 or {option('sweep')} 1,8,32"
+            )
         if self.mode == "closed" and any(u < 1 or u != int(u) or u > MAX_USERS for u in self.levels):
-            raise UsageError(f"users must be whole numbers from 1 to {MAX_USERS}", "e.g. --sweep 1,8,32,128")
+            raise UsageError(f"users must be whole numbers from 1 to {MAX_USERS}", f"e.g. {option('sweep')} 1,8,32,128")
         if self.mode == "open" and any(not 0 < r <= MAX_RATE_PER_SECOND for r in self.levels):
             raise UsageError(f"rates must be above 0 and at most {MAX_RATE_PER_SECOND:g} requests/s")
         if not 1 <= self.duration_seconds <= MAX_LEVEL_SECONDS:
-            raise UsageError(f"--duration must be between 1 and {MAX_LEVEL_SECONDS:g} s per level")
+            raise UsageError(f"{option('duration_seconds')} must be between 1 and {MAX_LEVEL_SECONDS:g} s per level")
         if not 1 <= self.max_requests <= MAX_REQUESTS_PER_LEVEL:
-            raise UsageError(f"--requests must be between 1 and {MAX_REQUESTS_PER_LEVEL}")
+            raise UsageError(f"{option('max_requests')} must be between 1 and {MAX_REQUESTS_PER_LEVEL}")
 
 
 @dataclass
@@ -138,8 +140,8 @@ async def preflight(connection: Connection, plan: LoadPlan) -> str:
         served = await c.models()
     if plan.model is not None and plan.model not in served:
         raise UsageError(
-            f"--model {plan.model!r} is not served there (it serves {', '.join(served) or 'none'})",
-            "leave out --model to use the server's first model",
+            f"{option('model')} {plan.model!r} is not served there (it serves {', '.join(served) or 'none'})",
+            f"leave out {option('model')} to use the server's first model",
         )
     if not served:
         raise UsageError(f"{connection.base_url}/v1/models lists no model", "is the model loaded yet?")

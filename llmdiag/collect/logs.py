@@ -30,7 +30,7 @@ from pathlib import Path
 
 from llmdiag.collect.exposition import Scrape
 from llmdiag.collect.signals import build_signal_set
-from llmdiag.errors import InputFileError, UsageError
+from llmdiag.errors import InputFileError, UsageError, option
 from llmdiag.model import Signal, SignalSet
 from llmdiag.schema.loader import load_probe
 from llmdiag.schema.logs import LogField, LogSpec, load_log_spec
@@ -234,8 +234,8 @@ def read_logs(paths: list[Path], max_bytes: int, spec: LogSpec | None = None) ->
             if stat.st_size > max_bytes:
                 raise InputFileError(
                     f"{path} is {stat.st_size / 1e6:.0f} MB, over the {max_bytes / 1e6:.0f} MB cap",
-                    "cut the log to the incident (grep the stat lines, or --since/--until on a shorter file), "
-                    "or raise --max-metrics-bytes",
+                    f"cut the log to the incident (grep the stat lines, or {option('since')}/{option('until')} on a "
+                    f"shorter file), or raise {option('max_bytes')}",
                 )
             year = datetime.fromtimestamp(stat.st_mtime, tz=timezone.utc).year
             with path.open(encoding="utf-8", errors="replace") as handle:
@@ -299,14 +299,19 @@ def window_records(records: list[Record], since: str | None, until: str | None) 
     if not records or (since is None and until is None):
         return records
     last = records[-1].at
-    low = parse_when(since, last, "--since") if since else -math.inf
-    high = parse_when(until, last, "--until") if until else math.inf
+    low = parse_when(since, last, option("since")) if since else -math.inf
+    high = parse_when(until, last, option("until")) if until else math.inf
     if low >= high:
-        raise UsageError("--since is not before --until", "give --since an earlier time than --until")
+        since_option, until_option = option("since"), option("until")
+        raise UsageError(
+            f"{since_option} is not before {until_option}", f"give {since_option} an earlier time than {until_option}"
+        )
     kept = [r for r in records if low <= r.at <= high]
     if not kept:
         span = f"{_iso(records[0].at)} … {_iso(last)}"
-        raise InputFileError(f"no stat lines between --since and --until (the log covers {span})", LOG_HINT)
+        raise InputFileError(
+            f"no stat lines between {option('since')} and {option('until')} (the log covers {span})", LOG_HINT
+        )
     return kept
 
 
@@ -516,7 +521,7 @@ def collect_logs(
     if len(records) < 2 or records[-1].at <= records[0].at:
         raise InputFileError(
             f"{where}: only {len(records)} stat line(s) at one moment in the window: no time series to judge",
-            "give a longer log (the stat logger prints every 5-10 s), or widen --since/--until",
+            f"give a longer log (the stat logger prints every 5-10 s), or widen {option('since')}/{option('until')}",
         )
     interval = _typical_interval(records)
     scrapes, fields_seen = _scrapes(records, interval)

@@ -33,9 +33,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
 
-from llmdiag.errors import UsageError
+from llmdiag.errors import UsageError, option
 from llmdiag.model import Roofline, Signal, SignalSet
 from llmdiag.model.capacity import (
     BATCH_CAPS,
@@ -118,19 +117,19 @@ class CapacityQuestion:
     block_size_tokens: int = DEFAULT_BLOCK_SIZE_TOKENS
 
     def __post_init__(self) -> None:
-        for flag, value in (
-            ("--users", self.users),
-            ("--prompt-tokens", self.prompt_tokens),
-            ("--output-tokens", self.output_tokens),
+        for key, value in (
+            ("users", self.users),
+            ("prompt_tokens", self.prompt_tokens),
+            ("output_tokens", self.output_tokens),
         ):
             if value < 1:
-                raise UsageError(f"{flag} must be at least 1, got {value}")
-        for flag, cap in (
-            ("--max-num-seqs", self.max_num_seqs),
-            ("--max-num-batched-tokens", self.max_num_batched_tokens),
+                raise UsageError(f"{option(key)} must be at least 1, got {value}")
+        for key, cap in (
+            ("max_num_seqs", self.max_num_seqs),
+            ("max_num_batched_tokens", self.max_num_batched_tokens),
         ):
             if cap is not None and cap < 1:
-                raise UsageError(f"{flag} must be at least 1, got {cap}")
+                raise UsageError(f"{option(key)} must be at least 1, got {cap}")
 
     @property
     def context_tokens(self) -> int:
@@ -156,18 +155,11 @@ class CapacityQuestion:
         )
 
 
-def plan_capacity(
-    question: CapacityQuestion | GpuSpec, model: ModelSpec | None = None, **settings: Any
-) -> CapacityReport:
+def plan_capacity(question: CapacityQuestion) -> CapacityReport:
     """The capacity of the question's deployment for its users (formulas: module docstring).
 
     Raises ``UsageError`` for impossible sizes or a model that does not fit.
     """
-    if not isinstance(question, CapacityQuestion):
-        # transitional: the CLI's capacity command still calls plan_capacity(gpu, model, **settings); once it calls
-        # llmdiag.api.capacity.plan this branch and the two parameters after ``question`` go
-        assert model is not None
-        question = CapacityQuestion(question, model, **settings)
     dep = question.deployment()
     memory = _memory(question, dep)
     caps = _batch_caps(question, memory)
@@ -210,7 +202,7 @@ def _memory(question: CapacityQuestion, dep: Deployment) -> MemoryReport:
         raise UsageError(
             f"{model.name} does not fit on {_where(question)}: {cap.weight_bytes_per_gpu / GIB:.1f} GiB of weights "
             f"per GPU, {(cap.usable_bytes_per_gpu - cap.activation_reserve_bytes) / GIB:.1f} GiB usable",
-            f"use --tp {need} or more" if need else "use a bigger GPU",
+            f"use {option('tp')} {need} or more" if need else "use a bigger GPU",
         )
     per_sequence = blocks_per_sequence(dep, context)
     kv_max = cap.blocks // per_sequence
@@ -218,7 +210,8 @@ def _memory(question: CapacityQuestion, dep: Deployment) -> MemoryReport:
         raise UsageError(
             f"one sequence of {context:,} tokens needs {per_sequence:,} KV blocks; {_where(question)} holds "
             f"{cap.blocks:,}",
-            "shorten --prompt-tokens / --output-tokens, raise --tp, or pick a GPU with more memory",
+            f"shorten {option('prompt_tokens')} / {option('output_tokens')}, raise {option('tp')}, or pick a GPU with "
+            "more memory",
         )
     return MemoryReport(
         usable_bytes_per_gpu=cap.usable_bytes_per_gpu,
@@ -441,8 +434,8 @@ def _notes(question: CapacityQuestion, caps: BatchCaps, seed: SeedArithmetic) ->
     ]
     if not caps.given:
         notes.append(
-            f"Batch caps are vLLM's defaults on {question.gpu.name}: --max-num-seqs {caps.max_num_seqs}, "
-            f"--max-num-batched-tokens {caps.max_num_batched_tokens}; pass yours with the same flags."
+            f"Batch caps are vLLM's defaults on {question.gpu.name}: {option('max_num_seqs')} {caps.max_num_seqs}, "
+            f"{option('max_num_batched_tokens')} {caps.max_num_batched_tokens}; pass yours with the same flags."
         )
     if caps.waiting:
         notes.append(
@@ -542,5 +535,5 @@ def roofline_signal(roofline: Roofline) -> Signal:
         unit="ratio",
         stats={"value": roofline.fraction_of_ceiling_ratio},
         source=f"decode tokens/s over the {roofline.bound_by} ceiling of {roofline.model} on {roofline.tp} × "
-        f"{roofline.gpu} (--gpu/--model-shape)",
+        f"{roofline.gpu} ({option('gpu')}/{option('model_shape')})",
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from llmdiag.errors import option
 from llmdiag.model import Signal, SignalSet
 from llmdiag.schema.loader import load_code_signals
 
@@ -23,14 +24,16 @@ class Derived:
     name: str
     unit: str
     help: str
-    formula: str
+    formula: str | Callable[[], str]  # a callable when it names an option (llmdiag.errors.option): built when used
     compute: Callable[[SignalSet], float]
 
 
 REGISTRY: list[Derived] = []
 
 
-def derived(name: str, formula: str) -> Callable[[Callable[[SignalSet], float]], Callable[[SignalSet], float]]:
+def derived(
+    name: str, formula: str | Callable[[], str]
+) -> Callable[[Callable[[SignalSet], float]], Callable[[SignalSet], float]]:
     """Register a derived signal. Its unit and meaning are declared in probes/signals.toml (producer "derived"); a
     name declared nowhere fails at import, so the code and the catalogue cannot drift apart."""
     declared = load_code_signals().declared("derived", name)
@@ -423,11 +426,17 @@ def link_errors(signals: SignalSet) -> float:
 
 @derived(
     "roofline_fraction_ratio",
-    formula="measured decode tokens/s / roofline ceiling (set by the scan from --gpu and --model-shape)",
+    formula=lambda: (
+        "measured decode tokens/s / roofline ceiling (set by the scan from "
+        f"{option('gpu')} and {option('model_shape')})"
+    ),
 )
 def roofline_fraction(signals: SignalSet) -> float:
     # the scan adds the real value before judging (llmdiag.api); this entry names the signal and says why it is absent
-    raise Missing("the deployment is unknown: pass --gpu and --model-shape to place the decode rate under its ceiling")
+    raise Missing(
+        f"the deployment is unknown: pass {option('gpu')} and {option('model_shape')} to place the decode rate under "
+        "its ceiling"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -482,6 +491,6 @@ def add_derived(signals: SignalSet) -> None:
             signal = Signal(name=item.name, kind="derived", unit=item.unit, stats={"value": value})
         except Missing as why:
             signal = Signal.missing(item.name, "derived", item.unit, str(why))
-        signal.source = f"derived: {item.formula}"
+        signal.source = f"derived: {item.formula() if callable(item.formula) else item.formula}"
         signal.window_seconds = signals.window.duration_seconds
         signals.add(signal)

@@ -9,10 +9,12 @@ signals needed to call it healthy are missing.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from llmdiag.config import Settings
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.fixes import engine_fixes, engine_of, fixes_for
+from llmdiag.errors import option
 from llmdiag.model import (
     BOTTLENECK_CATEGORIES,
     Bottleneck,
@@ -49,10 +51,11 @@ ROOT_CAUSE_ORDER = {Category.memory: 3, Category.network: 2, Category.compute: 1
 # collectives is a slow step, so CMP001 beside NET001 confirms the link rather than competing with it; and an engine
 # stalled on a spinning collective (SCH003 beside NET005), or queueing behind link-bound steps, is the link's symptom
 SYMPTOM_OF = {Category.compute: Category.network, Category.scheduling: Category.network}
-NOT_EVALUATED_REASON = {
-    Category.network: (
+# (built when used: they name options, llmdiag.errors.option)
+NOT_EVALUATED_REASON: dict[Category, Callable[[], str]] = {
+    Category.network: lambda: (
         "vLLM's metrics do not show inter-GPU communication; it needs GPU telemetry (NVML on the GPU host, or "
-        "--dcgm-url for dcgm-exporter's page) or profiler traces, which this scan did not have"
+        f"{option('dcgm_url')} for dcgm-exporter's page) or profiler traces, which this scan did not have"
     ),
 }
 TELEMETRY_PROBES = {Category.network: frozenset({"dcgm", "nvml"})}
@@ -180,7 +183,7 @@ def _coverage(rules: tuple[RuleSpec, ...], outcomes: list[RuleOutcome], signals:
             probes = {s.probe for s in signals.sources if s.ok}
             no_telemetry = category in NOT_EVALUATED_REASON and not probes & TELEMETRY_PROBES.get(category, probes)
             reason = (
-                NOT_EVALUATED_REASON[category]
+                NOT_EVALUATED_REASON[category]()
                 if no_telemetry
                 else (f"all {len(mine)} rules skipped: {skipped[0].reason}" if skipped else "no rules for this class")
             )

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from llmdiag.errors import option
 from llmdiag.model.report import SCHEMA_VERSION
 from llmdiag.model.signals import Signal
 from llmdiag.model.verdict import Finding
 
 NCCL_BENCH_TOOL = "llmdiag nccl-bench"
-TIMING_NOTE = "mean per collective over --iters back to back, averaged over ranks; median of --trials"
+
+
+def timing_note() -> str:
+    """How each time was measured, naming the options that set it (as the caller names them)."""
+    return f"mean per collective over {option('iters')} back to back, averaged over ranks; median of {option('trials')}"
 
 
 class NcclBenchOptions(BaseModel):
@@ -80,7 +85,7 @@ class NcclBenchReport(BaseModel):
     iters: int
     warmup: int
     trials: int
-    timing: str = TIMING_NOTE
+    timing: str = Field(default_factory=timing_note)
     size_cap_bytes: int | None
     size_cap_reason: str
     link: BenchLink

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llmdiag.errors import InputFileError, RuleSpecError, UsageError
+from llmdiag.errors import InputFileError, RuleSpecError, UsageError, option
 from llmdiag.schema.tables import (
     NVLINK,
     GpuEntry,
@@ -149,7 +149,7 @@ def find_model(name: str) -> ModelSpec:
             return model
     raise UsageError(
         f"unknown model '{name}'",
-        f"known models: {', '.join(MODELS)}; or pass --model-config PATH to a Hugging Face config.json",
+        f"known models: {', '.join(MODELS)}; or pass {option('model_config')} PATH to a Hugging Face config.json",
     )
 
 
@@ -158,7 +158,7 @@ def interconnect_for(gpu: GpuSpec, name: str | None = None) -> InterconnectSpec:
     wanted = (name or (NVLINK if gpu.nvlink_bandwidth_bytes_per_second else gpu.pcie)).lower()
     if wanted == NVLINK:
         if gpu.nvlink_bandwidth_bytes_per_second is None:
-            raise UsageError(f"the {gpu.name} has no NVLink", f"use --interconnect {gpu.pcie}")
+            raise UsageError(f"the {gpu.name} has no NVLink", f"use {option('interconnect')} {gpu.pcie}")
         return InterconnectSpec(
             NVLINK,
             f"{NVLINK_DESCRIPTION} ({gpu.name})",
@@ -185,7 +185,10 @@ UNSUPPORTED_FIELDS = {
 }
 # vLLM's --dtype auto serves float32 checkpoints in 16 bits, so every one of these costs 2 bytes
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 2, "bf16": 2, "fp16": 2}
-CONFIG_HINT = "pass the config.json of a Hugging Face model folder, or a built-in --model"
+
+
+def config_hint() -> str:
+    return f"pass the config.json of a Hugging Face model folder, or a built-in {option('model')}"
 
 
 def load_model_config(path: Path) -> ModelSpec:
@@ -193,15 +196,15 @@ def load_model_config(path: Path) -> ModelSpec:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputFileError(f"{path}: no such file", CONFIG_HINT) from None
+        raise InputFileError(f"{path}: no such file", config_hint()) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(f"{path}: cannot read it ({exc})", CONFIG_HINT) from None
+        raise InputFileError(f"{path}: cannot read it ({exc})", config_hint()) from None
     try:
         config = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputFileError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})", CONFIG_HINT) from None
+        raise InputFileError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})", config_hint()) from None
     if not isinstance(config, dict):
-        raise InputFileError(f"{path}: not a model config (a JSON object was expected)", CONFIG_HINT)
+        raise InputFileError(f"{path}: not a model config (a JSON object was expected)", config_hint())
     if "hidden_size" not in config and isinstance(config.get("text_config"), dict):
         config = {**config["text_config"], "_name_or_path": config.get("_name_or_path", "")}
     name = str(config.get("_name_or_path") or path.resolve().parent.name or path.stem)
@@ -214,28 +217,31 @@ def model_from_config(config: Mapping[str, Any], *, name: str, source: str, wher
         if config.get(field) is not None:
             raise InputFileError(
                 f"{where}: field '{field}' is not supported: {reason}",
-                "llmdiag models dense and Mixtral-style MoE transformers; pick a built-in --model for a rough figure",
+                "llmdiag models dense and Mixtral-style MoE transformers; pick a built-in "
+                f"{option('model')} for a rough figure",
             )
 
     def positive_int(field: str, default: int | None = None) -> int:
         value = config.get(field)
         if value is None:
             if default is None:
-                raise InputFileError(f"{where}: field '{field}' is missing", CONFIG_HINT)
+                raise InputFileError(f"{where}: field '{field}' is missing", config_hint())
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise InputFileError(f"{where}: field '{field}' must be a positive integer, got {value!r}", CONFIG_HINT)
+            raise InputFileError(f"{where}: field '{field}' must be a positive integer, got {value!r}", config_hint())
         return value
 
     hidden = positive_int("hidden_size")
     heads = positive_int("num_attention_heads")
     if hidden % heads and config.get("head_dim") is None:
         raise InputFileError(
-            f"{where}: hidden_size {hidden} is not a multiple of {heads} heads and no head_dim", CONFIG_HINT
+            f"{where}: hidden_size {hidden} is not a multiple of {heads} heads and no head_dim", config_hint()
         )
     kv_heads = positive_int("num_key_value_heads", heads)
     if heads % kv_heads:
-        raise InputFileError(f"{where}: {heads} attention heads are not a multiple of {kv_heads} KV heads", CONFIG_HINT)
+        raise InputFileError(
+            f"{where}: {heads} attention heads are not a multiple of {kv_heads} KV heads", config_hint()
+        )
     experts = positive_int("num_local_experts", positive_int("num_experts", 1))
     dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
     if dtype not in DTYPE_BYTES:
@@ -260,7 +266,7 @@ def model_from_config(config: Mapping[str, Any], *, name: str, source: str, wher
     )
     if spec.active_experts > spec.experts:
         raise InputFileError(
-            f"{where}: num_experts_per_tok {spec.active_experts} exceeds the {spec.experts} experts", CONFIG_HINT
+            f"{where}: num_experts_per_tok {spec.active_experts} exceeds the {spec.experts} experts", config_hint()
         )
     return spec
 

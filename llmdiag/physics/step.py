@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from llmdiag.errors import UsageError
+from llmdiag.errors import UsageError, option
 from llmdiag.model.capacity import StepBound, StepTime
 from llmdiag.physics.hardware import GIB, GpuSpec, InterconnectSpec, ModelSpec, interconnect_for
 
@@ -82,16 +82,18 @@ class Deployment:
         if self.interconnect is None:
             object.__setattr__(self, "interconnect", interconnect_for(self.gpu))
         if self.tp < 1:
-            raise UsageError(f"--tp must be at least 1, got {self.tp}")
+            raise UsageError(f"{option('tp')} must be at least 1, got {self.tp}")
         heads = self.model.attention_heads
         if heads % self.tp:
             divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
             raise UsageError(
-                f"--tp {self.tp} does not divide {self.model.name}'s {heads} attention heads",
+                f"{option('tp')} {self.tp} does not divide {self.model.name}'s {heads} attention heads",
                 f"use a tensor-parallel size that divides {heads}: {divisors}",
             )
         if not 0 < self.gpu_memory_utilization <= 1:
-            raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization:g}")
+            raise UsageError(
+                f"{option('gpu_memory_utilization')} must be in (0, 1], got {self.gpu_memory_utilization:g}"
+            )
         if self.block_size_tokens < 1 or self.activation_reserve_bytes < 0 or self.scheduler_overhead_seconds < 0:
             raise UsageError("block size, activation reserve and scheduler overhead must not be negative")
         if not (0 < self.compute_efficiency <= 1 and 0 < self.bandwidth_efficiency <= 1):

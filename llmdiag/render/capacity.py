@@ -8,6 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from llmdiag.errors import option
 from llmdiag.model import Bottleneck
 from llmdiag.model.capacity import CapacityReport, OperatingPoint, Resource
 from llmdiag.render.format import format_value, rate
@@ -85,7 +86,7 @@ def _memory(report: CapacityReport) -> RenderableType:
     table.add_row(
         f"usable ({_gib(report.hardware.memory_bytes)} × {i.gpu_memory_utilization:g})",
         _gib(m.usable_bytes_per_gpu),
-        "--gpu-memory-utilization",
+        option("gpu_memory_utilization"),
     )
     params = f"{_billions(model.total_params)} params"
     if model.experts > 1:

@@ -26,6 +26,7 @@ from typing import Any
 from jinja2 import BaseLoader, Environment, StrictUndefined, TemplateNotFound
 
 from llmdiag.engine.fixes import fix_view, verdict_engine
+from llmdiag.errors import option
 from llmdiag.model import Bottleneck, LoadPoint, LoadReport, Percentiles, Signal, Verdict
 from llmdiag.render.format import BOUND_WORDS, UNAVAILABLE, format_value, when
 
@@ -163,7 +164,11 @@ TIME_CHARTS: list[tuple[str, str, str, float, list[tuple[str, str]]]] = [
 DISTRIBUTIONS = [("ttft", "Time to first token", "ttft_seconds"), ("itl", "Inter-token latency", "itl_seconds")]
 
 
-GPU_HINT = "no GPU telemetry in this result (scan with --dcgm-url URL, or on the GPU host where NVML sees the GPUs)"
+def gpu_hint() -> str:
+    return (
+        f"no GPU telemetry in this result (scan with {option('dcgm_url')} URL, or on the GPU host where NVML sees "
+        "the GPUs)"
+    )
 
 
 def _why_missing(signal: Signal | None, name: str, scrapes: int = 0) -> str:
@@ -190,7 +195,7 @@ def _time_chart(
     if not present:
         gpu_only = all(name.startswith(("gpu_", "sm_", "tensor_", "dram_")) for name, _ in wanted)
         if gpu_only and all(verdict.signals.get(name) is None for name, _ in wanted):
-            chart.unavailable = GPU_HINT
+            chart.unavailable = gpu_hint()
         else:
             chart.unavailable = "; ".join(chart.missing)
         chart.missing = []
@@ -310,7 +315,7 @@ def _pct(field_name: str, key: str):
 
 def sweep_charts(report: LoadReport) -> list[Chart]:
     no_slo = (
-        "no --slo-ttft or --slo-tpot given"
+        f"no {option('slo_ttft_seconds')} or {option('slo_tpot_seconds')} given"
         if report.slo_ttft_seconds is None and report.slo_tpot_seconds is None
         else ""
     )

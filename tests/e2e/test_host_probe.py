@@ -185,7 +185,7 @@ def test_busy_process_is_found_by_pid():
     with child(LISTEN_AND_BURN, "self") as (proc, _):
         source = host.open_host_source("http://10.255.255.1:8000", [proc.pid])  # --pid wins over the URL
         assert isinstance(source, Source), source
-        assert source.details["found"] == f"--pid {proc.pid}"
+        assert source.details["found"] == f"pids {proc.pid}"
         read_window(source, 4)
     assert mean(cpu_of(source, proc.pid)) > BUSY_CORES
 
@@ -223,7 +223,7 @@ def test_pid_that_does_not_exist_is_a_coverage_line():
     pid = missing_pid()
     info = host.open_host_source("http://127.0.0.1:8000", [pid])
     assert isinstance(info, SourceInfo) and not info.ok
-    assert info.note == f"server process CPU: unavailable (--pid {pid}: no such process)"
+    assert info.note == f"server process CPU: unavailable (pids {pid}: no such process)"
 
 
 @pytest.mark.parametrize(("pid", "words"), [(0, "is not a process id"), (os.getpid(), "is llmdiag itself")])
@@ -238,8 +238,8 @@ def test_good_and_bad_pids_measure_the_good_ones_and_say_so():
         source = host.open_host_source("http://127.0.0.1:8000", [pid, proc.pid])
         assert isinstance(source, Source), source
         read_window(source, 3)
-    assert source.details["skipped"] == f"--pid {pid}: no such process"
-    assert source.failures == [f"host: --pid {pid}: no such process; measured the other processes"]
+    assert source.details["skipped"] == f"pids {pid}: no such process"
+    assert source.failures == [f"host: pids {pid}: no such process; measured the other processes"]
     assert cpu_of(source, proc.pid)
 
 
@@ -249,7 +249,7 @@ def test_server_on_another_machine_is_not_measured():
     assert isinstance(info, SourceInfo) and not info.ok
     assert info.note == (
         "server process CPU: unavailable (the server runs on 10.255.255.1, not on this machine; "
-        "run llmdiag there or pass --pid)"
+        "run llmdiag there or pass pids)"
     )
 
 
@@ -258,7 +258,7 @@ def test_nothing_listening_on_the_port_is_a_coverage_line():
         pass  # the port was the child's: now nobody listens on it
     info = host.open_host_source(f"http://127.0.0.1:{port}", [])
     assert isinstance(info, SourceInfo) and f"nothing on this machine listens on port {port}" in info.note
-    assert "--pid" in info.note
+    assert "pass pids with" in info.note
 
 
 def test_vllm_multi_api_server_tree_is_measured_from_its_launcher():
@@ -369,7 +369,7 @@ def test_another_users_process():
     # Linux lists root's listening socket without its owner: a clear line, with what to do
     assert seen["by_port"] == (
         f"server process CPU: unavailable (port {port} is held by another user's process, which this user "
-        "cannot see; run llmdiag as that user or as root, or pass --pid)"
+        "cannot see; run llmdiag as that user or as root, or pass pids)"
     )
     # ... but lets any user read another user's CPU times (/proc/PID/stat), so --pid measures it
     assert seen["by_pid"] == "measured" and seen["cpu"] and max(seen["cpu"]) > BUSY_CORES, seen

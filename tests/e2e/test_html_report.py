@@ -297,7 +297,7 @@ def test_load_sweep_report_draws_the_sweep(tmp_path):
 def test_load_without_an_slo_says_goodput_is_unavailable(tmp_path):
     report = LoadReport(target="t", points=[LoadPoint(users=1, window_seconds=1, output_tokens_per_second=5.0)])
     text = render_html(report)
-    assert "no --slo-ttft or --slo-tpot given" in text
+    assert "no slo_ttft_seconds or slo_tpot_seconds given" in text  # the CLI: --slo-ttft, --slo-tpot
     specs = json.loads(re.search(r'id="chart-data">(.*?)</script>', text, re.S).group(1))
     assert "sweep_goodput" not in {s["id"] for s in specs}
 

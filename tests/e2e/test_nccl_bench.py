@@ -147,15 +147,15 @@ def test_the_arguments_are_checked_before_anything_starts():
     assert options.sizes == [1024, 2048, 4096] and options.ops == ["all_reduce", "all_gather"]
     assert options.max_size_bytes == 2048 and options.link == "nvlink4" and options.check
     for kwargs, words in [
-        ({"iters": 0}, "--iters must be at least 1"),
-        ({"warmup": -1}, "--warmup cannot be negative"),
+        ({"iters": 0}, "^iters must be at least 1"),
+        ({"warmup": -1}, "^warmup cannot be negative"),
         ({"ops": "broadcast"}, "unknown collective broadcast"),
         ({"link": "nvlink9"}, "unknown link class 'nvlink9'"),
     ]:
         with pytest.raises(BenchUsageError, match=words) as caught:
             run_nccl_bench(**kwargs)  # raises before torchrun: no torch, no process
         assert isinstance(caught.value, UsageError) and caught.value.hint
-    with pytest.raises(BenchUsageError, match="--nproc-per-node must be at least 1"):
+    with pytest.raises(BenchUsageError, match="^nproc_per_node must be at least 1"):
         run_nccl_bench(nproc_per_node=0)
 
 

@@ -403,7 +403,7 @@ def test_runners_refuse_a_remote_server_unless_allowed():
     assert not is_loopback("https://api.example.com")
     with pytest.raises(UsageError) as refused:
         check_target("http://user:secret@10.0.0.5:8000", allow_remote=False)
-    assert "--allow-remote" in refused.value.hint and "secret" not in refused.value.message
+    assert "pass allow_remote" in refused.value.hint and "secret" not in refused.value.message
     check_target("http://10.0.0.5:8000", allow_remote=True)
 
     async def main(**kwargs):
@@ -727,7 +727,7 @@ def test_tls_with_a_self_signed_certificate(tmp_path):
         trusted = run(one(server.url, "p", 2, client_options={"model": "m", "insecure": True}))
         refused = run(one(server.url, "p", 2, client_options={"model": "m"}))
     assert trusted.ok and trusted.output_tokens == 2 and len(trusted.token_times) == 2, trusted.error
-    assert refused.error_kind == "connect" and "certificate" in refused.error and "--insecure" in refused.error
+    assert refused.error_kind == "connect" and "certificate" in refused.error and "pass insecure" in refused.error
 
 
 def test_a_non_http_answer_is_a_stream_error():

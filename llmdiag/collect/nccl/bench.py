@@ -1,10 +1,11 @@
 """What every rank runs under torchrun: the environment, the link, the size cap, then the collectives (or, with one
 rank, the memory-copy probe). The report comes back without signals or findings: the caller judges it.
 
-    python -m torch.distributed.run --nproc-per-node N ... -m llmdiag.collect.nccl.bench OPTIONS_JSON OUT
+    python -m torch.distributed.run --nproc-per-node N ... -m llmdiag.collect.nccl.bench OPTIONS_JSON OUT NAMES_JSON
 
 is how ``llmdiag nccl-bench`` (llmdiag.collect.nccl.launch) starts it: OPTIONS_JSON an NcclBenchOptions already
-checked, OUT where rank 0 writes the report. Users run ``torchrun ... -m llmdiag.nccl_bench`` instead, which takes
+checked, OUT where rank 0 writes the report, NAMES_JSON how the launcher's caller names the options the report's
+texts name (``llmdiag.errors.option``). Users run ``torchrun ... -m llmdiag.nccl_bench`` instead, which takes
 the options as flags and prints the judged table.
 
 Sizes are capped by memory (a quarter of free device memory, or of available host memory per local rank), and with
@@ -14,6 +15,7 @@ the memory-copy bandwidth probe runs.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -24,6 +26,7 @@ import torch.distributed as dist
 
 from llmdiag.collect.nccl.collectives import memory_copy_probe, run_collectives
 from llmdiag.collect.nccl.env import detect_link, memory_peak, read_env, size_cap
+from llmdiag.errors import use_option_spelling
 from llmdiag.model import NcclBenchOptions, NcclBenchReport
 
 
@@ -61,11 +64,14 @@ def measure(options: NcclBenchOptions) -> NcclBenchReport:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The launcher's torchrun entry (``OPTIONS_JSON OUT``): every rank measures, rank 0 writes the report.
+    """The launcher's torchrun entry (``OPTIONS_JSON OUT [NAMES_JSON]``): every rank measures, rank 0 writes the report.
 
     A failure raises: torchrun keeps the traceback in the log, where the launcher reads its last error line.
     """
-    options_json, out = sys.argv[1:] if argv is None else argv
+    options_json, out, *names = sys.argv[1:] if argv is None else argv
+    if names:
+        spelled: dict[str, str] = json.loads(names[0])
+        use_option_spelling(lambda key: spelled.get(key, key))
     report = measure(NcclBenchOptions.model_validate_json(options_json))
     if int(os.environ.get("RANK", "0")) == 0:
         Path(out).write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")

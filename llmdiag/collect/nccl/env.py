@@ -17,7 +17,7 @@ import psutil
 import torch
 
 from llmdiag.collect.telemetry.nvml import CLOCK_MEM, explain, import_pynvml, link_from_nvml
-from llmdiag.errors import BenchUsageError
+from llmdiag.errors import BenchUsageError, option
 from llmdiag.model import BenchLink, NcclBenchOptions
 from llmdiag.schema.links import describe_link
 
@@ -55,7 +55,7 @@ def read_env() -> Env:
         if local_rank >= torch.cuda.device_count():
             raise BenchUsageError(
                 f"local rank {local_rank} but only {torch.cuda.device_count()} GPU(s) visible",
-                "use --nproc-per-node at most the number of GPUs",
+                f"use {option('nproc_per_node')} at most the number of GPUs",
             )
         torch.cuda.set_device(local_rank)
         device, name = f"cuda:{local_rank}", torch.cuda.get_device_name(local_rank)
@@ -77,9 +77,9 @@ def size_cap(env: Env, options: NcclBenchOptions) -> tuple[int | None, str]:
     """The largest message this run may use, and why."""
     caps: list[tuple[int, str]] = []
     if options.max_size_bytes:
-        caps.append((options.max_size_bytes, "--max-size"))
+        caps.append((options.max_size_bytes, option("max_size")))
     elif env.backend == "gloo":
-        caps.append((DEFAULT_GLOO_MAX_BYTES, "gloo default (--max-size to raise it)"))
+        caps.append((DEFAULT_GLOO_MAX_BYTES, f"gloo default ({option('max_size')} to raise it)"))
     if env.cuda:
         free, _ = torch.cuda.mem_get_info(env.local_rank)
         caps.append((int(free * MEMORY_SHARE_FOR_BUFFERS), "a quarter of free GPU memory"))
@@ -140,17 +140,19 @@ def detect_link(env: Env, override: str | None, nvml: Any = None) -> BenchLink:
     ``nvml``: the pynvml module (or a fake with its calls and its NVMLError), initialised; by default the real one.
     """
     if override:
-        return _known_link(override, "--link")
+        return _known_link(override, option("link"))
     if env.world_size == 1:
         return _no_link("one rank: no inter-GPU link to measure")
     if env.nodes > 1:
-        return _no_link("several nodes: the network between them is not visible to NVML; pass --link (e.g. ib-ndr)")
+        return _no_link(
+            f"several nodes: the network between them is not visible to NVML; pass {option('link')} (e.g. ib-ndr)"
+        )
     if not env.cuda:
         return _no_link("no NVML: CPU ranks (gloo over loopback) have no GPU link")
     if nvml is None:
         nvml, why = open_nvml()
         if nvml is None:
-            return _no_link(f"no NVML ({why}); pass --link")
+            return _no_link(f"no NVML ({why}); pass {option('link')}")
     try:
         name, how = link_from_nvml(nvml, nvml_handle(nvml, env.local_rank))
     except nvml.NVMLError as exc:

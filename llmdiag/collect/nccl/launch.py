@@ -1,14 +1,15 @@
 """torchrun on this host: start the ranks of llmdiag.collect.nccl.bench and read rank 0's report back.
 
 torchrun runs as ``python -m torch.distributed.run --nproc-per-node N --rdzv-backend c10d --rdzv-endpoint
-127.0.0.1:PORT -m llmdiag.collect.nccl.bench OPTIONS_JSON OUT`` with a free loopback port; its output goes to a log
-kept only when the run fails. Multi-node runs are torchrun's own business: ``torchrun ... -m llmdiag.nccl_bench``
-on each node.
+127.0.0.1:PORT -m llmdiag.collect.nccl.bench OPTIONS_JSON OUT NAMES_JSON`` with a free loopback port; its
+output goes to a log kept only when the run fails. Multi-node runs are torchrun's own business: ``torchrun ... -m
+llmdiag.nccl_bench`` on each node.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import socket
@@ -19,8 +20,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from llmdiag.collect.nccl.options import RANK_OPTION_KEYS
 from llmdiag.collect.telemetry.nvml import import_pynvml
-from llmdiag.errors import BenchFailedError, TorchMissingError
+from llmdiag.errors import BenchFailedError, TorchMissingError, option
 from llmdiag.model import NcclBenchOptions, NcclBenchReport
 
 BENCH_MODULE = "llmdiag.collect.nccl.bench"
@@ -104,7 +106,9 @@ def launch_bench(
     nproc = nproc or default_nproc()
     with tempfile.TemporaryDirectory(prefix="llmdiag-nccl-") as tmp:
         out = Path(tmp) / "report.json"
-        command = torchrun_command(nproc, [options.model_dump_json(), str(out)], free_port())
+        # the ranks name options as this process's caller does (the report's texts, a rank's usage error)
+        names = json.dumps({key: option(key) for key in RANK_OPTION_KEYS})
+        command = torchrun_command(nproc, [options.model_dump_json(), str(out), names], free_port())
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", "1")  # torchrun warns and sets it anyway; a benchmark wants it quiet
         env.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
@@ -113,7 +117,7 @@ def launch_bench(
         except subprocess.TimeoutExpired:
             raise BenchFailedError(
                 f"nccl-bench did not finish in {timeout_seconds:.0f} s",
-                "a rank may be stuck in rendezvous or a collective; try fewer --sizes, or NCCL_DEBUG=INFO",
+                f"a rank may be stuck in rendezvous or a collective; try fewer {option('sizes')}, or NCCL_DEBUG=INFO",
             ) from None
         output = proc.stdout + "\n" + proc.stderr
         if proc.returncode != 0:

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import re
 
-from llmdiag.errors import BenchUsageError
+from llmdiag.errors import BenchUsageError, option
 from llmdiag.model import NcclBenchOptions
 from llmdiag.schema.links import describe_link, known_link_names
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 DEFAULT_SIZES = "1K:1G"
 DEFAULT_OPS = ",".join(OPS)
+# the options the ranks' texts name (the timing note, the size cap's reason, how the link was found, a usage error):
+# the launcher hands the ranks its caller's spelling of them (llmdiag.errors.option)
+RANK_OPTION_KEYS = ("iters", "trials", "max_size", "link", "nproc_per_node")
 _UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
@@ -31,7 +34,9 @@ def parse_sizes(text: str) -> list[int]:
         low_text, _, high_text = text.partition(":")
         low, high = parse_size(low_text), parse_size(high_text)
         if low > high:
-            raise BenchUsageError(f"--sizes {text}: the first size is above the last", "write LOW:HIGH, e.g. 1K:1G")
+            raise BenchUsageError(
+                f"{option('sizes')} {text}: the first size is above the last", "write LOW:HIGH, e.g. 1K:1G"
+            )
         sizes = []
         size = low
         while size <= high:
@@ -45,7 +50,9 @@ def parse_ops(text: str) -> list[str]:
     ops = [op.strip().replace("-", "_") for op in text.split(",") if op.strip()]
     unknown = [op for op in ops if op not in OPS]
     if unknown or not ops:
-        raise BenchUsageError(f"unknown collective {', '.join(unknown) or '(none)'}", f"--ops takes {','.join(OPS)}")
+        raise BenchUsageError(
+            f"unknown collective {', '.join(unknown) or '(none)'}", f"{option('ops')} takes {','.join(OPS)}"
+        )
     return list(dict.fromkeys(ops))
 
 
@@ -54,7 +61,9 @@ def check_link(name: str | None) -> str | None:
     if name is None:
         return None
     if describe_link(name) is None:
-        raise BenchUsageError(f"unknown link class {name!r}", f"--link takes one of {', '.join(known_link_names())}")
+        raise BenchUsageError(
+            f"unknown link class {name!r}", f"{option('link')} takes one of {', '.join(known_link_names())}"
+        )
     return name.lower()
 
 
@@ -71,9 +80,9 @@ def bench_options(
     """The options as text (what a user types) checked and parsed. Raises BenchUsageError, naming the option."""
     for name, value in (("iters", iters), ("trials", trials)):
         if value < 1:
-            raise BenchUsageError(f"--{name} must be at least 1", f"e.g. --{name} 5")
+            raise BenchUsageError(f"{option(name)} must be at least 1", f"e.g. {option(name)} 5")
     if warmup < 0:
-        raise BenchUsageError("--warmup cannot be negative", "e.g. --warmup 5")
+        raise BenchUsageError(f"{option('warmup')} cannot be negative", f"e.g. {option('warmup')} 5")
     return NcclBenchOptions(
         sizes=parse_sizes(sizes),
         ops=parse_ops(ops),

@@ -11,7 +11,7 @@ from typing import Any
 import requests
 
 from llmdiag.client.endpoint import normalise_base_url, parse_header, redact_url
-from llmdiag.errors import ConnectError, ProbeTimeout, PrometheusQueryError, UsageError
+from llmdiag.errors import ConnectError, ProbeTimeout, PrometheusQueryError, UsageError, option
 
 # --------------------------------------------------------------------------------------------------------------------
 # the HTTP side
@@ -58,12 +58,12 @@ class PrometheusSource:
     ) -> PrometheusSource:
         token, token_from = None, ""
         if token_env and token_file:
-            raise UsageError("give the Prometheus token once: --prometheus-token-env or --prometheus-token-file")
+            raise UsageError(f"give the Prometheus token once: {option('token_env')} or {option('token_file')}")
         if token_env:
             token = os.environ.get(token_env)
             if not token:
                 raise UsageError(
-                    f"--prometheus-token-env {token_env}: that variable is not set or empty",
+                    f"{option('token_env')} {token_env}: that variable is not set or empty",
                     f"export {token_env}=... before running llmdiag",
                 )
             token_from = f"env {token_env}"
@@ -71,24 +71,24 @@ class PrometheusSource:
             try:
                 token = token_file.read_text(encoding="utf-8").strip()
             except OSError as exc:
-                raise UsageError(f"--prometheus-token-file {token_file}: {exc.strerror or exc}") from None
+                raise UsageError(f"{option('token_file')} {token_file}: {exc.strerror or exc}") from None
             if not token:
-                raise UsageError(f"--prometheus-token-file {token_file} is empty")
+                raise UsageError(f"{option('token_file')} {token_file} is empty")
             token_from = f"file {token_file}"
         password, password_from = None, ""
         if password_env and not user:
-            raise UsageError("--prometheus-password-env needs --prometheus-user")
+            raise UsageError(f"{option('password_env')} needs {option('user')}")
         if user:
             if not password_env:
-                raise UsageError("--prometheus-user needs --prometheus-password-env NAME (the password's variable)")
+                raise UsageError(f"{option('user')} needs {option('password_env')} NAME (the password's variable)")
             password = os.environ.get(password_env)
             if password is None:
-                raise UsageError(f"--prometheus-password-env {password_env}: that variable is not set")
+                raise UsageError(f"{option('password_env')} {password_env}: that variable is not set")
             password_from = f"env {password_env}"
         if token and user:
             raise UsageError("give either a bearer token or basic auth for Prometheus, not both")
         if ca_file is not None and not ca_file.is_file():
-            raise UsageError(f"--prometheus-ca {ca_file}: no such file", "give the CA bundle as a PEM file")
+            raise UsageError(f"{option('ca_file')} {ca_file}: no such file", "give the CA bundle as a PEM file")
         parsed = dict(parse_header(h) for h in headers or [])
         return cls(
             url=url,
@@ -139,17 +139,17 @@ class PrometheusSource:
         except requests.exceptions.SSLError:
             raise ConnectError(
                 f"TLS handshake with {self.display_url} failed",
-                "give the CA with --prometheus-ca FILE, or pass --insecure",
+                f"give the CA with {option('ca_file')} FILE, or pass {option('insecure')}",
             ) from None
         except requests.exceptions.Timeout:
             raise ProbeTimeout(
                 f"{self.display_url} did not answer {what} within {self.timeout_seconds:g} s",
-                "narrow --selector or the time range",
+                f"narrow {option('selector')} or the time range",
             ) from None
         except requests.exceptions.ConnectionError:
             raise ConnectError(
                 f"cannot connect to Prometheus at {self.display_url}",
-                "is the URL right? e.g. --prometheus http://prometheus:9090",
+                f"is the URL right? e.g. {option('prometheus')} http://prometheus:9090",
             ) from None
         except requests.exceptions.RequestException as exc:
             raise ConnectError(f"request to {self.display_url} failed: {type(exc).__name__}") from None
@@ -168,8 +168,8 @@ class PrometheusSource:
         if resp.status_code in (401, 403):
             raise PrometheusQueryError(
                 f"{self.display_url} answered HTTP {resp.status_code} to {what}" + (f" ({reason})" if reason else ""),
-                "give credentials: --prometheus-token-env/--prometheus-token-file, --prometheus-user with "
-                "--prometheus-password-env, or --header (e.g. 'X-Scope-OrgID: tenant' for Mimir)",
+                f"give credentials: {option('token_env')}/{option('token_file')}, {option('user')} with "
+                f"{option('password_env')}, or {option('headers')} (e.g. 'X-Scope-OrgID: tenant' for Mimir)",
             )
         if resp.status_code == 404:
             raise PrometheusQueryError(

@@ -29,7 +29,7 @@ from llmdiag.collect.prometheus.plan import (
     selector_matchers,
 )
 from llmdiag.collect.signals import SignalBuilder
-from llmdiag.errors import PrometheusQueryError, UsageError
+from llmdiag.errors import PrometheusQueryError, UsageError, option
 from llmdiag.model import Signal, SignalSet, SourceInfo, Window
 from llmdiag.schema.loader import load_probe
 from llmdiag.schema.probes import ProbeSpec, SignalSpec
@@ -434,7 +434,7 @@ def _prepare(
             f"Prometheus at {source.display_url} has no inference-server series and no targets{where} between "
             f"{datetime.fromtimestamp(end - span).isoformat(timespec='seconds')} and "
             f"{datetime.fromtimestamp(end).isoformat(timespec='seconds')}",
-            "check --selector (e.g. '{job=\"vllm\"}') and the time range; list the jobs with: "
+            f"check {option('selector')} (e.g. '{{job=\"vllm\"}}') and the time range; list the jobs with: "
             f"curl -s {source.display_url}/api/v1/label/job/values",
         )
     return plan, inner
@@ -484,7 +484,10 @@ def collect_prometheus_timeline(
     are range queries, so their number does not grow with the steps or the fleet. ``step_seconds`` None: about
     30 steps, and never under 4 scrape intervals."""
     if end_unix <= start_unix:
-        raise UsageError("--to must be after --from", "e.g. --from 2025-01-31T14:00:00 --to 2025-01-31T15:00:00")
+        begin, finish = option("start_unix"), option("end_unix")
+        raise UsageError(
+            f"{finish} must be after {begin}", f"e.g. {begin} 2025-01-31T14:00:00 {finish} 2025-01-31T15:00:00"
+        )
     before = source.queries
     notes: list[str] = []
     inner = selector_matchers(selector)
@@ -495,13 +498,14 @@ def collect_prometheus_timeline(
     if step < floor:
         if step_seconds is not None:
             notes.append(
-                f"--step {step_seconds:g} s is under {MIN_WINDOW_INTERVALS} scrape intervals: widened to {floor:g} s"
+                f"{option('step_seconds')} {step_seconds:g} s is under {MIN_WINDOW_INTERVALS} scrape intervals: "
+                f"widened to {floor:g} s"
             )
         step = floor
     if span < step:
         raise UsageError(
             f"the range ({span:g} s) is shorter than one step ({step:g} s)",
-            "widen --from/--to or give a smaller --step",
+            f"widen {option('start_unix')}/{option('end_unix')} or give a smaller {option('step_seconds')}",
         )
     step = round(step, 3)
     start_unix = round(start_unix, 3)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from llmdiag.collect.prometheus.api import PrometheusSource
-from llmdiag.errors import PrometheusQueryError, UsageError
+from llmdiag.errors import PrometheusQueryError, UsageError, option
 from llmdiag.model import SignalSet
 from llmdiag.schema.loader import load_probe
 from llmdiag.schema.probes import ProbeSpec, SignalSpec
@@ -86,12 +86,16 @@ def selector_matchers(selector: str | None) -> str:
     inner = selector.strip()
     if inner.startswith("{"):
         if not inner.endswith("}"):
-            raise UsageError(f"--selector '{selector}' has no closing brace", "e.g. --selector '{job=\"vllm\"}'")
+            raise UsageError(
+                f"{option('selector')} '{selector}' has no closing brace",
+                f"e.g. {option('selector')} '{{job=\"vllm\"}}'",
+            )
         inner = inner[1:-1]
     inner = inner.strip().strip(",")
     if inner and not re.match(r"^\s*[A-Za-z_][A-Za-z0-9_]*\s*(=~|!~|!=|=)\s*\"", inner):
         raise UsageError(
-            f"--selector '{selector}' is not a label matcher list", 'e.g. --selector \'{job="vllm",namespace="prod"}\''
+            f"{option('selector')} '{selector}' is not a label matcher list",
+            f'e.g. {option("selector")} \'{{job="vllm",namespace="prod"}}\'',
         )
     return inner
 

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 from llmdiag.collect.exposition import Scrape
 from llmdiag.collect.signals import build_signal_set
-from llmdiag.errors import NotMetricsError
+from llmdiag.errors import NotMetricsError, option
 from llmdiag.model import SignalSet
 from llmdiag.schema.probes import ProbeSpec
 
-# a server detected by its other endpoints whose metrics page answers 404: the option that turns the page on
-PAGE_OFF_HINTS = {
-    "sglang": "SGLang serves /metrics only when started with --enable-metrics: restart it with that flag "
-    "(or give --metrics-url where its metrics are)",
-    "llamacpp": "llama-server serves /metrics only when started with --metrics: restart it with that flag",
-}
+
+def page_off_hint(server: str) -> str | None:
+    """A server detected by its other endpoints whose metrics page answers 404: the option that turns the page on
+    (None: no such option for that server)."""
+    hints = {
+        "sglang": "SGLang serves /metrics only when started with --enable-metrics: restart it with that flag "
+        f"(or give {option('metrics_url')} where its metrics are)",
+        "llamacpp": "llama-server serves /metrics only when started with --metrics: restart it with that flag",
+    }
+    return hints.get(server)
 
 
 def check_server(spec: ProbeSpec, scrape: Scrape, where: str, hint: str | None = None) -> None:
@@ -26,13 +30,14 @@ def check_server(spec: ProbeSpec, scrape: Scrape, where: str, hint: str | None =
         if spec.prometheus_path:
             return
         raise NotMetricsError(
-            f"{where} is TensorRT-LLM's JSON iteration stats, not {spec.server} metrics", "give --probe trtllm"
+            f"{where} is TensorRT-LLM's JSON iteration stats, not {spec.server} metrics",
+            f"give {option('server')} trtllm",
         )
     sample = ", ".join(sorted({n.split("_")[0] for n in scrape.names()})[:5])
     raise NotMetricsError(
         f"{where} has Prometheus metrics but none from {spec.server} "
         f"(no '{spec.detect_prefixes[0]}*' names; saw {sample} …)",
-        hint or f"is this a {spec.server} server? if its metrics are on another port, give --metrics-url",
+        hint or f"is this a {spec.server} server? if its metrics are on another port, give {option('metrics_url')}",
     )
 
 

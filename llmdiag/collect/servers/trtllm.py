@@ -58,7 +58,7 @@ from llmdiag.collect.exposition import Scrape, parse_exposition
 from llmdiag.collect.http import HttpMetricsSource
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.collect.source import Source
-from llmdiag.errors import NotMetricsError
+from llmdiag.errors import NotMetricsError, option
 from llmdiag.model import Signal, SignalKind, SignalSet, SourceInfo, Window
 from llmdiag.schema.probes import ProbeSpec
 
@@ -68,16 +68,20 @@ JSON_SOURCE = "trtllm /metrics (JSON iteration stats)"
 TIMESTAMP_FORMAT = "%m-%d-%Y %H:%M:%S.%f"
 ENABLE_HINT = "set enable_iter_perf_stats: true in the trtllm-serve --extra_llm_api_options YAML"
 PROMETHEUS_PATH = "/prometheus/metrics"
-DRAIN_HINT = (
-    f"read {PROMETHEUS_PATH} instead (--metrics-url http://HOST:PORT{PROMETHEUS_PATH}; it needs "
-    "return_perf_metrics: true and enable_iter_perf_stats: true), or stop the other scraper of /metrics"
-)
 # the share of iterations with an unexplained queue above which the GUARANTEED_NO_EVICT note is added
 RESERVED_KV_NOTE_SHARE = 0.5
 # what the records give beyond probes/trtllm.toml's names is declared in probes/signals.toml ("trtllm-records")
 
 
 Record = Mapping[str, Any]
+
+
+def drain_hint() -> str:
+    """What to do when another scraper drains the JSON page's records."""
+    return (
+        f"read {PROMETHEUS_PATH} instead ({option('metrics_url')} http://HOST:PORT{PROMETHEUS_PATH}; it needs "
+        "return_perf_metrics: true and enable_iter_perf_stats: true), or stop the other scraper of /metrics"
+    )
 
 
 @dataclass
@@ -426,7 +430,7 @@ def _add_missing_records(
         signal_set.anomalies.append(
             f"{missing} of {expected} TensorRT-LLM iteration records missing (holes in 'iter'): another scraper is "
             f"reading /metrics, which removes the records it returns, or the server's record queue overflowed "
-            f"between reads; rates and averages cover only the records seen. {DRAIN_HINT}"
+            f"between reads; rates and averages cover only the records seen. {drain_hint()}"
         )
 
 

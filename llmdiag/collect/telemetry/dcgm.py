@@ -8,9 +8,15 @@ from urllib.parse import urlsplit
 from llmdiag.client.endpoint import Connection, normalise_base_url
 from llmdiag.collect.http import HttpMetricsSource
 from llmdiag.collect.source import Source
+from llmdiag.errors import option
 from llmdiag.schema.loader import load_probe
 
-DCGM_HINT = "is dcgm-exporter running there? its page is usually http://HOST:9400/metrics; or leave out --dcgm-url"
+
+def dcgm_hint() -> str:
+    return (
+        "is dcgm-exporter running there? its page is usually http://HOST:9400/metrics; or leave out "
+        f"{option('dcgm_url')}"
+    )
 
 
 def dcgm_connection(url: str, like: Connection) -> Connection:
@@ -39,5 +45,5 @@ def dcgm_source(url: str, like: Connection) -> Source:
         read=page.scrape,
         close=page.close,
         label="DCGM exporter",
-        hint=DCGM_HINT,
+        hint=dcgm_hint(),
     )

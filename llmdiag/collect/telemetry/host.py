@@ -29,7 +29,7 @@ import psutil
 
 from llmdiag.collect.exposition import LabelKey, Scrape, label_key
 from llmdiag.collect.source import Source, unavailable_source
-from llmdiag.errors import ProbeError
+from llmdiag.errors import ProbeError, option
 from llmdiag.model import SourceInfo
 from llmdiag.schema.loader import load_probe
 
@@ -37,7 +37,6 @@ SAMPLE_INTERVAL_SECONDS = 0.5
 # CPU times tick at 10 ms (USER_HZ 100): a shorter interval than this would read a busy process as 0 % or 200 %
 MIN_CPU_INTERVAL_SECONDS = 0.2
 NOTE = "server process CPU: unavailable ({})"
-PID_HINT = "pass --pid with the server's process id"
 # processes that hold a port for a server running elsewhere (a container, a tunnel, a proxy): their CPU is not
 # the server's, so finding one of these on the port is a coverage line, not a measurement
 FORWARDERS = frozenset(
@@ -72,6 +71,10 @@ PROCESS_RSS = "host_process_resident_memory_bytes"
 PROCESS_THREADS = "host_process_threads"
 PROCESS_COUNT = "host_server_processes"
 NO_LABELS: LabelKey = ()
+
+
+def pid_hint() -> str:
+    return f"pass {option('pids')} with the server's process id"
 
 
 def role_name(proc: psutil.Process) -> str:
@@ -132,22 +135,22 @@ def _hidepid() -> bool:
 def _from_pid(pid: int) -> psutil.Process | str:
     """The process, or why it cannot be measured, in words a user can act on."""
     if pid <= 0:
-        return f"--pid {pid} is not a process id"
+        return f"{option('pids')} {pid} is not a process id"
     if pid == os.getpid():
-        return f"--pid {pid} is llmdiag itself"
+        return f"{option('pids')} {pid} is llmdiag itself"
     try:
         proc = psutil.Process(pid)
         # what every read needs: a process whose times and memory this user cannot read is no use
         with proc.oneshot():
             if proc.status() == psutil.STATUS_ZOMBIE:
-                return f"--pid {pid} has exited (a zombie waiting for its parent)"
+                return f"{option('pids')} {pid} has exited (a zombie waiting for its parent)"
             proc.cpu_times()
             proc.memory_info()
     except psutil.NoSuchProcess:
         hidden = " or hidden from this user: /proc is mounted with hidepid" if _hidepid() else ""
-        return f"--pid {pid}: no such process{hidden}"
+        return f"{option('pids')} {pid}: no such process{hidden}"
     except psutil.AccessDenied:
-        return f"--pid {pid} belongs to another user; run llmdiag as that user or as root"
+        return f"{option('pids')} {pid} belongs to another user; run llmdiag as that user or as root"
     return proc
 
 
@@ -200,7 +203,7 @@ def _listening(port: int) -> tuple[list[psutil.Process], bool] | str:
     try:
         connections = psutil.net_connections(kind="inet")
     except psutil.AccessDenied:
-        return f"this user may not list the machine's sockets, so the process on port {port} is unknown; {PID_HINT}"
+        return f"this user may not list the machine's sockets, so the process on port {port} is unknown; {pid_hint()}"
     pids: set[int] = set()
     anonymous = False
     for conn in connections:
@@ -252,9 +255,9 @@ def find_by_port(base_url: str) -> tuple[list[psutil.Process], str] | str:
     host, port = _port(base_url)
     here = is_this_machine(host)
     if here is None:
-        return f"{host} does not resolve here, so whether the server runs on this machine is unknown; {PID_HINT}"
+        return f"{host} does not resolve here, so whether the server runs on this machine is unknown; {pid_hint()}"
     if not here:
-        return f"the server runs on {host}, not on this machine; run llmdiag there or pass --pid"
+        return f"the server runs on {host}, not on this machine; run llmdiag there or pass {option('pids')}"
     found = _listening(port)
     if isinstance(found, str):
         return found
@@ -263,14 +266,15 @@ def find_by_port(base_url: str) -> tuple[list[psutil.Process], str] | str:
         if anonymous:
             return (
                 f"port {port} is held by another user's process, which this user cannot see; "
-                "run llmdiag as that user or as root, or pass --pid"
+                f"run llmdiag as that user or as root, or pass {option('pids')}"
             )
-        return f"nothing on this machine listens on port {port} (a container or a port forward?); {PID_HINT}"
+        return f"nothing on this machine listens on port {port} (a container or a port forward?); {pid_hint()}"
     forwarders = [p for p in procs if _name(p) in FORWARDERS]
     if len(forwarders) == len(procs):
         which = ", ".join(_describe(p, _name(p)) for p in forwarders)
         return (
-            f"port {port} is forwarded by {which}, not served by it; pass --pid with the server's own process "
+            f"port {port} is forwarded by {which}, not served by it; pass {option('pids')} with the server's own "
+            "process "
             "(for a container: its host pid, e.g. from `docker top`)"
         )
     servers = [p for p in procs if p not in forwarders]
@@ -470,7 +474,7 @@ def open_host_source(base_url: str, pids: list[int]) -> Source | SourceInfo:
             if not chosen:
                 return unavailable_source("host", "host", NOTE.format("; ".join(problems)))
             roots = _server_roots(chosen)
-            how = "--pid " + ", ".join(str(p.pid) for p in chosen)
+            how = f"{option('pids')} " + ", ".join(str(p.pid) for p in chosen)
         else:
             by_port = find_by_port(base_url)
             if isinstance(by_port, str):

@@ -20,13 +20,12 @@ from typing import Any
 
 from llmdiag.collect.exposition import Scrape, label_key
 from llmdiag.collect.source import Source, unavailable_source
-from llmdiag.errors import ProbeError
+from llmdiag.errors import ProbeError, option
 from llmdiag.model import SourceInfo
 from llmdiag.schema.links import describe_link, nvlink_name
 from llmdiag.schema.loader import load_probe
 
 SAMPLE_INTERVAL_SECONDS = 0.5
-NO_GPU_NOTE = "GPU telemetry: unavailable (no NVIDIA driver found; pass --dcgm-url for remote GPUs)"
 
 # NVML return codes (nvml.h), in the words a user can act on
 NVML_ERROR_NOT_SUPPORTED = 3
@@ -415,7 +414,7 @@ class NvmlSampler:
         if mig:
             details["mig"] = (
                 f"MIG on GPU {', '.join(mig)}: NVML reports no utilisation per instance; "
-                "dcgm-exporter (--dcgm-url) has per-instance profiling fields"
+                f"dcgm-exporter ({option('dcgm_url')}) has per-instance profiling fields"
             )
         return details
 
@@ -485,10 +484,15 @@ def open_nvml_source(library: Any = None, remote_gpus: bool = False) -> Source |
 
 def _no_driver_note(remote_gpus: bool, error: BaseException | None = None) -> str:
     if remote_gpus:
-        return "NVML: no local NVIDIA driver (GPU telemetry comes from --dcgm-url)"
+        return f"NVML: no local NVIDIA driver (GPU telemetry comes from {option('dcgm_url')})"
     if error is not None and error_code(error) == NVML_ERROR_DRIVER_NOT_LOADED:
-        return f"GPU telemetry: unavailable ({explain(error)}; pass --dcgm-url for remote GPUs)"
-    return NO_GPU_NOTE
+        return f"GPU telemetry: unavailable ({explain(error)}; pass {option('dcgm_url')} for remote GPUs)"
+    return no_gpu_note()
+
+
+def no_gpu_note() -> str:
+    """The coverage line of a machine without an NVIDIA driver."""
+    return f"GPU telemetry: unavailable (no NVIDIA driver found; pass {option('dcgm_url')} for remote GPUs)"
 
 
 def _shutdown(library: Any) -> None:

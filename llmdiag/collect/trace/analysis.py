@@ -16,7 +16,7 @@ from pathlib import Path
 
 from llmdiag.collect.trace.intervals import Interval, intersection_total, merge, total
 from llmdiag.collect.trace.reader import CommArgs, CommOp, RankTrace, read_trace
-from llmdiag.errors import LlmdiagError, TraceFileError, UsageError
+from llmdiag.errors import LlmdiagError, TraceFileError, UsageError, option
 from llmdiag.model import (
     CollectiveStats,
     RankStats,
@@ -670,7 +670,7 @@ def analyze(paths: list[Path], link: str | None = None, hta_compat: bool = False
     report.straggler, report.cross_rank, more = find_straggler(usable, comms, spans)
     report.problems += more
     if link:
-        report.link, report.link_source = link, "--link"
+        report.link, report.link_source = link, option("link")
     else:
         device = next((t.device_names[0] for t in traces if t.device_names), "")
         guessed = c.link_for_device(device) if device else None
@@ -678,8 +678,10 @@ def analyze(paths: list[Path], link: str | None = None, hta_compat: bool = False
             report.link, report.link_source = guessed, f"deviceProperties: {device}"
     if report.link:
         report.expected_busbw_bytes_per_second = expected_bus_bandwidth_bytes_per_second(report.link)
-        if report.expected_busbw_bytes_per_second is None and report.link_source == "--link":
-            raise UsageError(f"--link {link}: not a link class llmdiag knows", "see probes/links.toml for the names")
+        if report.expected_busbw_bytes_per_second is None and link:
+            raise UsageError(
+                f"{option('link')} {link}: not a link class llmdiag knows", "see probes/links.toml for the names"
+            )
     return report
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from llmdiag.collect.trace.analysis import LARGE_MESSAGE_BYTES
+from llmdiag.errors import option
 from llmdiag.model import (
     Signal,
     SignalSet,
@@ -69,7 +70,7 @@ def trace_signals(report: TraceReport) -> SignalSet:
     no_large = f"no collective of {LARGE_MESSAGE_BYTES >> 20} MiB or more with a known size"
     signals.add(_derived("collective_bus_bandwidth_bytes_per_second", "bytes_per_second", value, no_large, series))
     expected = report.expected_busbw_bytes_per_second
-    no_link = "the link is unknown: pass --link (nvlink4, pcie4x16, ib-ndr …)"
+    no_link = f"the link is unknown: pass {option('link')} (nvlink4, pcie4x16, ib-ndr …)"
     signals.add(_derived("expected_link_bus_bandwidth_bytes_per_second", "bytes_per_second", expected, no_link))
     ratio = value / expected if value is not None and expected else None
     signals.add(_derived("collective_bus_bandwidth_vs_link_ratio", "ratio", ratio, no_large if expected else no_link))

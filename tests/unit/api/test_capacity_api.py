@@ -42,8 +42,8 @@ def test_the_report_is_the_engines_plan():
     ("gpu", "model", "config", "message", "hint"),
     [
         (None, "llama-3-8b", False, "no GPU given", "known GPUs: H100, H200, A100, L4"),
-        ("H100", None, False, "no model given", "--model-config PATH/config.json"),
-        ("H100", "llama-3-8b", True, "both --model and --model-config given", "pass one of them"),
+        ("H100", None, False, "no model given", "model_config PATH/config.json"),
+        ("H100", "llama-3-8b", True, "both model and model_config given", "pass one of them"),
         ("B200", "llama-3-8b", False, "unknown GPU 'B200'", "known GPUs"),
         ("H100", "gpt-5", False, "unknown model 'gpt-5'", "known models: llama-3-8b"),
     ],
@@ -68,7 +68,7 @@ def test_a_config_json_stands_in_for_a_name(tmp_path: Path):
 
 
 def test_settings_are_checked_after_the_names():
-    with pytest.raises(UsageError, match="--users must be at least 1"):
+    with pytest.raises(UsageError, match="^users must be at least 1"):
         capacity_question("H100", "llama-3-8b", users=0, prompt_tokens=1, output_tokens=1)
     with pytest.raises(UsageError, match="unknown GPU"):
         capacity_question("B200", "llama-3-8b", users=0, prompt_tokens=1, output_tokens=1)

@@ -131,14 +131,14 @@ def network_reason(signals: SignalSet) -> tuple[bool, str]:
 
 def test_network_says_not_evaluated_for_lack_of_telemetry_only_without_dcgm():
     evaluated, reason = network_reason(vllm_only())
-    assert not evaluated and "--dcgm-url" in reason
+    assert not evaluated and "dcgm_url" in reason
     # with a DCGM page whose SM_ACTIVE field is blank everywhere, the reason is the rule's own
     page = PAGE.replace(" 0.2\n", " 140737488355328.0\n").format(u0=90, u1=90)
     dcgm = build_signal_set(load_probe("dcgm"), [parse_exposition(page, 1.0)], "http://gpu-node:9400/metrics")
     merged = merge_signal_sets(vllm_only(), dcgm)
     assert [s.probe for s in merged.sources] == ["dcgm"]
     evaluated, reason = network_reason(merged)
-    assert not evaluated and "skipped" in reason and "sm_active_ratio" in reason and "--dcgm-url" not in reason
+    assert not evaluated and "skipped" in reason and "sm_active_ratio" in reason and "dcgm_url" not in reason
 
 
 def test_a_bare_dcgm_address_means_its_metrics_page_and_carries_no_credentials():
@@ -375,7 +375,7 @@ def test_memory_ratio_uses_free_where_reported_else_total():
 
 def test_a_supplied_roofline_is_kept_and_an_absent_one_says_how_to_get_it():
     signals = SignalSet()
-    assert "--gpu and --model-shape" in derived_value(signals, "roofline_fraction_ratio")
+    assert "gpu and model_shape" in derived_value(signals, "roofline_fraction_ratio")
     signals.add(
         Signal(
             name="roofline_fraction_ratio",

@@ -15,7 +15,7 @@ import pytest
 
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.collect.source import Source
-from llmdiag.collect.telemetry.nvml import NO_GPU_NOTE, NvmlSampler, open_nvml_source
+from llmdiag.collect.telemetry.nvml import NvmlSampler, no_gpu_note, open_nvml_source
 from llmdiag.collect.telemetry.nvml_record import RecordingNvml, ReplayNvml
 from llmdiag.errors import ProbeError
 from llmdiag.model import SignalSet, SourceInfo
@@ -58,14 +58,14 @@ def test_the_real_nvidia_ml_py_on_this_machine_finds_no_driver():
     assert isinstance(opened, SourceInfo) and not opened.ok
     assert (
         opened.note
-        == NO_GPU_NOTE
-        == ("GPU telemetry: unavailable (no NVIDIA driver found; pass --dcgm-url for remote GPUs)")
+        == no_gpu_note()
+        == ("GPU telemetry: unavailable (no NVIDIA driver found; pass dcgm_url for remote GPUs)")  # the CLI: --dcgm-url
     )
 
 
 def test_with_a_dcgm_page_the_missing_local_driver_is_expected():
     opened = open_nvml_source(remote_gpus=True)
-    assert isinstance(opened, SourceInfo) and "--dcgm-url" in opened.note and "no local NVIDIA driver" in opened.note
+    assert isinstance(opened, SourceInfo) and "dcgm_url" in opened.note and "no local NVIDIA driver" in opened.note
 
 
 @pytest.mark.parametrize(

@@ -93,7 +93,7 @@ def test_unknown_names_list_the_known_ones():
     assert "H100, H200, A100, L4" in gpu.value.hint
     with pytest.raises(UsageError) as model:
         find_model("gpt-5")
-    assert "llama-3-8b" in model.value.hint and "--model-config" in model.value.hint
+    assert "llama-3-8b" in model.value.hint and "model_config" in model.value.hint
 
 
 def test_interconnect_defaults_and_refusals():
@@ -314,8 +314,8 @@ def test_an_empty_step_costs_only_the_scheduler():
     [
         ({"tp": 3}, "does not divide llama-3-8b's 32 attention heads"),
         ({"tp": 0}, "at least 1"),
-        ({"gpu_memory_utilization": 0.0}, "gpu-memory-utilization"),
-        ({"gpu_memory_utilization": 1.5}, "gpu-memory-utilization"),
+        ({"gpu_memory_utilization": 0.0}, "gpu_memory_utilization"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
         ({"compute_efficiency": 0.0}, "efficiencies"),
     ],
 )
