@@ -54,9 +54,9 @@ def test_samples_stay_in_range_and_follow_the_distribution():
         (LoadPlan(levels=[MAX_USERS + 1]), "whole numbers"),
         (LoadPlan(levels=[0.0], mode="open"), "rates must be above 0"),
         (LoadPlan(levels=[MAX_RATE_PER_SECOND + 1], mode="open"), "rates must be above 0"),
-        (LoadPlan(levels=[4], duration_seconds=0.5), "--duration"),
-        (LoadPlan(levels=[4], duration_seconds=601), "--duration"),
-        (LoadPlan(levels=[4], max_requests=0), "--requests"),
+        (LoadPlan(levels=[4], duration_seconds=0.5), "duration_seconds"),
+        (LoadPlan(levels=[4], duration_seconds=601), "duration_seconds"),
+        (LoadPlan(levels=[4], max_requests=0), "max_requests"),
     ],
 )
 def test_levels_durations_and_request_counts_are_bounded(plan: LoadPlan, words: str):

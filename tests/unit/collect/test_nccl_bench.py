@@ -85,7 +85,7 @@ def test_the_torchrun_entry_writes_rank_zeros_report(tmp_path: Path, monkeypatch
     assert bench.main([options.model_dump_json(), str(out)]) == 0
     report = NcclBenchReport.model_validate(json.loads(out.read_text()))
     assert (report.backend, report.world_size, report.nodes, report.iters, report.trials) == ("gloo", 1, 1, 2, 1)
-    assert (report.size_cap_bytes, report.size_cap_reason) == (65536, "--max-size")
+    assert (report.size_cap_bytes, report.size_cap_reason) == (65536, "max_size")
     assert report.link.name is None and "one rank" in (report.link.unavailable or "")
     # one rank: no collective, the memory-copy probe instead, at the cap
     assert report.results == [] and report.memory_probe is not None

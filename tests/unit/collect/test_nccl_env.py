@@ -52,7 +52,7 @@ def test_nodes_are_the_world_over_the_ranks_per_node():
 
 
 def test_the_size_cap_is_the_smallest_of_the_flag_gloos_default_and_memory():
-    assert size_cap(cpu_env(), options(max_size_bytes=1 << 20)) == (1 << 20, "--max-size")
+    assert size_cap(cpu_env(), options(max_size_bytes=1 << 20)) == (1 << 20, "max_size")
     cap, why = size_cap(cpu_env(), options())
     assert cap == DEFAULT_GLOO_MAX_BYTES and "gloo default" in why  # this machine has more than 4 x 64 MiB free
     cap, why = size_cap(cpu_env(), options(max_size_bytes=1 << 60))  # more than any host: memory decides
@@ -63,7 +63,7 @@ def test_a_link_given_by_name_is_the_catalogues():
     link = detect_link(cpu_env(), "NVLink4")
     known = describe_link("nvlink4")
     assert known is not None
-    assert (link.name, link.how, link.unavailable) == ("nvlink4", "--link", None)
+    assert (link.name, link.how, link.unavailable) == ("nvlink4", "link", None)
     assert link.expected_bus_bandwidth_bytes_per_second == known.expected_bus_bandwidth_bytes_per_second == 360e9
 
 
