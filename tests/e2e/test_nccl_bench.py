@@ -15,13 +15,13 @@ import sys
 import pytest
 
 from llmdiag.api.nccl import judge_nccl_bench, run_nccl_bench
+from llmdiag.cli.nccl_rank import parse_args
 from llmdiag.collect.nccl.busbw import bus_factor, element_count, measurement
 from llmdiag.collect.nccl.launch import failure_line
 from llmdiag.collect.nccl.options import OPS, bench_options, parse_sizes
 from llmdiag.collect.nccl.signals import bench_signals
 from llmdiag.errors import BenchUsageError, UsageError
 from llmdiag.model import BenchLink, CollectiveMeasurement, NcclBenchReport
-from llmdiag.nccl_bench import parse_args
 from llmdiag.render.nccl import render_nccl_bench
 
 KIB = 1024

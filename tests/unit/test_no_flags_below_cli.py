@@ -20,7 +20,7 @@ from llmdiag.cli.options import flag_name
 
 PACKAGE = Path(llmdiag.__file__).resolve().parent
 # the CLI, and the NCCL benchmark's own command line beside it (torchrun runs it; its argparse flags are its own)
-CLI_FLOOR = ("cli/", "nccl_bench.py")
+CLI_FLOOR = ("cli/",)
 # where a literal names another program's flag that is spelled as one of llmdiag's (the servers' other flags,
 # --enable-metrics, --parallel, --extra_llm_api_options, curl's --compressed …, are not llmdiag's: nothing to allow)
 ALLOWED = {
