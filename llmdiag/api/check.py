@@ -126,13 +126,7 @@ def run_check(
         targets=results,
         history=str(history.path) if history is not None else None,
     )
-    if history is not None:
-        try:
-            history.record([history_row(r, now) for r in results])
-        except LlmdiagError as error:
-            report.output_errors.append(f"history not written: {error.message}")
-            report.state = worst([report.state, State.UNKNOWN])
-    return report
+    return record_history(report, history, now)
 
 
 def run_prometheus_check(
@@ -206,9 +200,14 @@ def run_prometheus_check(
             if name.endswith("_over_peers_ratio")
         },
     )
+    return record_history(report, history, now)
+
+
+def record_history(report: CheckReport, history: History | None, now: float) -> CheckReport:
+    """Append every target's row to the history; a history that cannot be written is an output error, UNKNOWN."""
     if history is not None:
         try:
-            history.record([history_row(r, now) for r in results])
+            history.record([history_row(r, now) for r in report.targets])
         except LlmdiagError as error:
             report.output_errors.append(f"history not written: {error.message}")
             report.state = worst([report.state, State.UNKNOWN])

@@ -213,14 +213,14 @@ def scan_fleet(
             write_html(output.html, report, quiet=output.as_json)
     except LlmdiagError as error:
         fail(error)
-    show_fleet(report, output.as_json)
-    if report.probed() == 0:
-        fail(
-            UsageError(
-                f"none of the {len(report.targets)} targets could be probed",
-                "see each row's error; check the URLs and that the servers are up",
-            )
-        )
+    show_fleet(
+        report,
+        output,
+        UsageError(
+            f"none of the {len(report.targets)} targets could be probed",
+            "see each row's error; check the URLs and that the servers are up",
+        ),
+    )
     unreachable = len(report.targets) - report.probed()
     if unreachable and not output.as_json:
         stderr.print(
@@ -253,15 +253,14 @@ def scan_prometheus(
             write_html(output.html, report, quiet=output.as_json)
     except LlmdiagError as error:
         fail(error)
-    show_fleet(report, output.as_json)
-    if report.probed() == 0:
-        fail(
-            UsageError(
-                f"Prometheus holds no inference-server data for any of the {len(report.targets)} "
-                "instance(s) in this range",
-                "see each row's reason; check --selector and the time range",
-            )
-        )
+    show_fleet(
+        report,
+        output,
+        UsageError(
+            f"Prometheus holds no inference-server data for any of the {len(report.targets)} instance(s) in this range",
+            "see each row's reason; check --selector and the time range",
+        ),
+    )
     raise typer.Exit(exit_for(report.worst_severity(), output.fail_on or FailOn.critical))
 
 
@@ -293,8 +292,11 @@ def prometheus_fleet(
     return diagnose_prometheus_fleet(source, selector, at_unix, seconds, settings)
 
 
-def show_fleet(report: FleetReport, as_json: bool) -> None:
-    if as_json:
+def show_fleet(report: FleetReport, output: ScanOutputFlags, none_probed: UsageError) -> None:
+    """The fleet table (or its JSON); then ``none_probed`` (exit 2) when no target could be judged at all."""
+    if output.as_json:
         print_json(report.model_dump_json(indent=2))
     else:
         stdout.print(render_fleet(report))
+    if report.probed() == 0:
+        fail(none_probed)
