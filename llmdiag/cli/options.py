@@ -29,8 +29,6 @@ import typer
 from llmdiag.client.endpoint import DEFAULT_MAX_METRICS_BYTES, Connection, parse_header
 from llmdiag.config import Settings, load_settings
 from llmdiag.errors import UsageError
-from llmdiag.physics.hardware import find_gpu, find_model
-from llmdiag.physics.step import Deployment
 
 if TYPE_CHECKING:
     from llmdiag.collect.live import TelemetryOptions
@@ -307,28 +305,6 @@ class PagesFlags:
             "its metric names, headers and endpoints (the verdict says which and why).",
         ),
     ] = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class DeploymentFlags:
-    """The server's GPU and model, for the roofline context (scan)."""
-
-    gpu: Annotated[
-        str | None, typer.Option("--gpu", help="The server's GPU (H100, H200, A100, L4): adds the roofline context.")
-    ] = None
-    model_shape: Annotated[
-        str | None,
-        typer.Option("--model-shape", help="The served model's shape (e.g. llama-3-8b), with --gpu."),
-    ] = None
-    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size, with --gpu.", min=1)] = 1
-
-    def deployment(self) -> Deployment | None:
-        """--gpu and --model-shape together name a deployment; one alone is a mistake."""
-        if self.gpu is None and self.model_shape is None:
-            return None
-        if self.gpu is None or self.model_shape is None:
-            raise UsageError("--gpu and --model-shape go together", "e.g. --gpu H100 --model-shape llama-3-8b --tp 1")
-        return Deployment(find_gpu(self.gpu), find_model(self.model_shape), tp=self.tp)
 
 
 @dataclass(frozen=True, kw_only=True)

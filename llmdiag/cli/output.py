@@ -19,12 +19,14 @@ import typer
 
 from llmdiag.cli.options import FailOn
 from llmdiag.errors import LlmdiagError
-from llmdiag.model import FleetReport, LoadReport, Severity, Verdict
+from llmdiag.model import Severity, Verdict
 from llmdiag.render.files import write_atomic
 from llmdiag.render.json import render_json
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from llmdiag.model import FleetReport, LoadReport
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 EXIT_NAGIOS_UNKNOWN = 3
@@ -113,7 +115,8 @@ def emit(verdict: Verdict, as_json: bool, verbose: bool, markdown: bool = False)
 
 def write_html(path: Path, result: Verdict | LoadReport | FleetReport, quiet: bool = False) -> None:
     """The self-contained HTML report, written atomically; says where and how big on stderr."""
-    # the HTML renderers load jinja2 and the report's assets: only for a run that writes one
+    # the HTML renderers load jinja2 and the report's assets, the fleet model its own: only for a run that writes one
+    from llmdiag.model import FleetReport
     from llmdiag.render.fleet_html import render_fleet_html
     from llmdiag.render.html import render_html
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -21,7 +22,6 @@ from llmdiag.api.targets import fleet_targets
 from llmdiag.cli.demo import DEFAULT_DEMO_PRESET, show_demo
 from llmdiag.cli.options import (
     ConnectionFlags,
-    DeploymentFlags,
     FailOn,
     FleetFlags,
     PagesFlags,
@@ -52,9 +52,33 @@ from llmdiag.collect.trace.analysis import analyze as analyze_trace_files
 from llmdiag.config import Settings
 from llmdiag.errors import LlmdiagError, UsageError
 from llmdiag.model import FleetReport, TraceReport
+from llmdiag.physics.hardware import find_gpu, find_model
+from llmdiag.physics.step import Deployment
 from llmdiag.render.fleet import render_fleet
 
 app = typer.Typer(add_completion=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeploymentFlags:
+    """The server's GPU and model, for the roofline context (scan)."""
+
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", help="The server's GPU (H100, H200, A100, L4): adds the roofline context.")
+    ] = None
+    model_shape: Annotated[
+        str | None,
+        typer.Option("--model-shape", help="The served model's shape (e.g. llama-3-8b), with --gpu."),
+    ] = None
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size, with --gpu.", min=1)] = 1
+
+    def deployment(self) -> Deployment | None:
+        """--gpu and --model-shape together name a deployment; one alone is a mistake."""
+        if self.gpu is None and self.model_shape is None:
+            return None
+        if self.gpu is None or self.model_shape is None:
+            raise UsageError("--gpu and --model-shape go together", "e.g. --gpu H100 --model-shape llama-3-8b --tp 1")
+        return Deployment(find_gpu(self.gpu), find_model(self.model_shape), tp=self.tp)
 
 
 @app.command()
