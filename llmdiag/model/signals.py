@@ -10,7 +10,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 SignalKind = Literal["gauge", "counter", "histogram", "info", "derived"]
-WindowKind = Literal["window", "lifetime"]
+# window: between two or more scrapes; lifetime: one dump since process start; snapshot: one moment, no interval
+WindowKind = Literal["window", "lifetime", "snapshot"]
 
 
 class Window(BaseModel):
