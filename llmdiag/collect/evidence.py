@@ -82,7 +82,8 @@ def _is_dcgm_page(head: Head) -> bool:
 
 
 def _is_trtllm_json(head: Head) -> bool:
-    opens = next((i for i, line in enumerate(head.lines) if line.startswith("[")), None)
+    # a JSON array opens with '[' alone or '[{'; '[TensorRT-LLM][INFO]' or '[2026-…' opens a log line
+    opens = next((i for i, line in enumerate(head.lines) if line == "[" or line.startswith("[{")), None)
     return opens is not None and any('"iter"' in line for line in head.lines[opens:])
 
 

@@ -81,7 +81,7 @@ def scraped_at(lines: list[str]) -> float | None:
 
 def json_block(lines: list[str]) -> str | None:
     """The JSON array among a paste's data lines: from the first line that opens one to the last that closes it."""
-    opens = [i for i, line in enumerate(lines) if line.startswith("[")]
+    opens = [i for i, line in enumerate(lines) if line == "[" or line.startswith("[{")]
     closes = [i for i, line in enumerate(lines) if line.endswith("]")]
     if not opens or not closes or closes[-1] < opens[0]:
         return None

@@ -50,8 +50,14 @@ def test_a_pasted_file_is_told_by_what_it_holds(tmp_path, source, kind, words):
         assert (found.name, found.words) == (kind, words), quote
 
 
-def test_a_log_is_a_log_and_every_kind_has_a_reader():
+def test_a_log_is_a_log_and_every_kind_has_a_reader(tmp_path):
     assert classify(read_head(LOG)).name == "log"
+    # TensorRT-LLM's own log: bracketed tags, then its iteration records one a line (not a JSON array)
+    records = (FIXTURES / "logs" / "trtllm-iterations.log").read_text()
+    trt_log = write(
+        tmp_path / "trt.log", "[TensorRT-LLM][INFO] Engine version 1.0.0rc4 found in the config file\n" + records
+    )
+    assert classify(read_head(trt_log)).name == "log"
     assert all(callable(k.test) and callable(k.read) for k in KINDS)
 
 
