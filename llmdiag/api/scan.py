@@ -10,7 +10,6 @@ from llmdiag.api.trace import analyze_traces as analyze_traces
 from llmdiag.client.endpoint import Connection, redact_url
 from llmdiag.collect import DEFAULT_DURATION_SECONDS
 from llmdiag.collect.canary import LABEL as CANARY_LABEL
-from llmdiag.collect.files import collect_files
 from llmdiag.collect.live import ProgressCallback, TelemetryOptions, collect_live
 from llmdiag.collect.source import unavailable_source
 from llmdiag.collect.trace.signals import merge_trace_signals
@@ -19,7 +18,7 @@ from llmdiag.engine.baseline import Baseline, add_baseline_signals
 from llmdiag.engine.capacity import roofline_for_window, roofline_signal
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.evaluate import build_verdict
-from llmdiag.errors import option
+from llmdiag.errors import UsageError, option
 from llmdiag.model import TraceReport, Verdict
 from llmdiag.physics.step import Deployment
 
@@ -114,14 +113,27 @@ def run_demo(
 
 
 def diagnose_files(
-    paths: list[Path], settings: Settings | None = None, max_bytes: int | None = None, server: str | None = None
+    paths: list[Path],
+    settings: Settings | None = None,
+    max_bytes: int | None = None,
+    server: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
 ) -> Verdict:
-    """Judge saved /metrics dumps: one gives lifetime averages, two or more a window between them. ``server``
-    names the server's probe; None works it out from the dumps' metric prefixes."""
-    kwargs = {"max_bytes": max_bytes} if max_bytes else {}
-    signals = collect_files(paths, probe=server, **kwargs)
-    target = str(paths[0]) if len(paths) == 1 else f"{len(paths)} dumps: {paths[0]} … {paths[-1]}"
-    return build_verdict(signals, settings, target=target)
+    """Judge the saved files of one incident, any mix: server logs, /metrics dumps (one: lifetime averages or a
+    snapshot; two or more: a window between them), TensorRT-LLM's JSON, dcgm-exporter pages. Each file is told
+    apart by what it holds (``llmdiag.collect.evidence``); pasted text around the data is fine.
+
+    ``server`` names the server's probe for the logs and the dumps; None works it out. ``since``/``until`` (ISO
+    times, or spans like ``30m`` before the last line) cut the logs' window; the dumps are taken whole."""
+    from llmdiag.collect.evidence import ReadOptions, collect_evidence, describe_files, sort_files
+
+    options = ReadOptions(server=server, since=since, until=until, max_bytes=max_bytes or None)
+    if not paths:
+        raise UsageError("no files given", "llmdiag analyze FILE [FILE …] (logs, /metrics dumps, DCGM pages)")
+    evidence = sort_files(paths)
+    signals = collect_evidence(paths, options, evidence)
+    return build_verdict(signals, settings, target=describe_files(paths, evidence))
 
 
 def diagnose_logs(
@@ -131,11 +143,6 @@ def diagnose_logs(
     until: str | None = None,
     max_bytes: int | None = None,
 ) -> Verdict:
-    """Judge server logs (vLLM stat-logger lines, SGLang batch lines, TensorRT-LLM iteration JSON) over the time they
-    cover, or the part of it between ``since`` and ``until`` (ISO times, or spans like ``30m`` before the last line)."""
-    from llmdiag.collect.logs import collect_logs
-
-    kwargs = {"max_bytes": max_bytes} if max_bytes else {}
-    signals = collect_logs(paths, since=since, until=until, **kwargs)
-    target = str(paths[0]) if len(paths) == 1 else f"{len(paths)} logs: {paths[0]} … {paths[-1]}"
-    return build_verdict(signals, settings, target=target)
+    """Judge server logs (vLLM stat-logger lines, SGLang batch lines, TensorRT-LLM iteration JSON): the same entry
+    point as ``diagnose_files``, kept under its old name."""
+    return diagnose_files(paths, settings, max_bytes=max_bytes, since=since, until=until)

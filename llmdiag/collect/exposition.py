@@ -10,12 +10,14 @@ empty scrape at the process start time, where every counter and histogram was ze
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmdiag.collect.paste import data_lines
 from llmdiag.errors import ExpositionParseError, NotMetricsError, option
 
 LabelKey = tuple[tuple[str, str], ...]
@@ -38,6 +40,8 @@ class Scrape:
     size_bytes: int = 0
     # sample name → why it has no value (a local probe's call failed); exposition pages leave this empty
     unavailable: dict[str, str] = field(default_factory=dict)
+    # a pasted page (``parse_pasted``): the 1-based numbers of the lines inside the data that could not be read
+    skipped_lines: list[int] = field(default_factory=list)
 
     def names(self) -> set[str]:
         return set(self.series)
@@ -105,6 +109,119 @@ def _drop_unreadable_samples(text: str) -> tuple[str, dict[str, str]]:
                 continue
         kept.append(line)
     return "\n".join(kept) + "\n", unreadable
+
+
+# ---------------------------------------------------------------------------------------------
+# pasted pages: the metric lines wherever they are in the text, a bad line skipped and counted
+
+METRIC_NAME = r"[A-Za-z_:][A-Za-z0-9_:]*"
+LABELS = r'\{\s*(?:[A-Za-z_][A-Za-z0-9_]*\s*=\s*"(?:[^"\\]|\\.)*"\s*(?:,\s*)?)*\}'
+VALUE = r"[-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|[0-9]+\.|Inf|inf|NaN|nan)"
+SAMPLE_RE = re.compile(rf"^(?P<name>{METRIC_NAME})(?P<labels>{LABELS})?\s+(?P<value>{VALUE})(?:\s+(?P<ms>-?[0-9]+))?$")
+# a sample whose value is not a number (dcgm-exporter's 'ERROR - FAILED TO CONVERT TO STRING'): labels required, so
+# a line of prose never reads as one
+WORDY_SAMPLE_RE = re.compile(rf"^(?P<name>{METRIC_NAME})(?P<labels>{LABELS})\s+(?P<value>\S.*)$")
+META_RE = re.compile(rf"^#\s*(?:HELP\s+{METRIC_NAME}(?:\s.*)?|TYPE\s+{METRIC_NAME}\s+[a-z]+\s*)$")
+# a line that set out to be a sample (a metric name with '_' or ':' inside, then labels or a number) but is not one:
+# elided labels ('{...}'), a line cut off; counted as unreadable even outside the block of data
+ATTEMPT_RE = re.compile(r"^[A-Za-z_:][A-Za-z0-9]*[_:][A-Za-z0-9][A-Za-z0-9_:]*(?:\{|\s+[-+.0-9])")
+
+
+def sample_name(line: str) -> str | None:
+    """The metric name of an unquoted exposition sample line, or None."""
+    found = SAMPLE_RE.match(line)
+    return found.group("name") if found else None
+
+
+@dataclass
+class _Sorted:
+    kept: list[tuple[int, str]] = field(default_factory=list)  # HELP/TYPE and sample lines, with their numbers
+    samples: list[int] = field(default_factory=list)  # line numbers of samples (0-based)
+    other: list[int] = field(default_factory=list)  # neither a sample nor a comment nor blank
+    attempts: set[int] = field(default_factory=set)  # of ``other``: lines that set out to be samples
+    wordy: dict[str, str] = field(default_factory=dict)
+    stamps_ms: list[int] = field(default_factory=list)
+
+
+def _sort_lines(lines: list[str]) -> _Sorted:
+    out = _Sorted()
+    for number, line in enumerate(lines):
+        if not line:
+            continue
+        if line.startswith("#"):
+            if META_RE.match(line):
+                out.kept.append((number, line))
+            elif re.match(r"#\s*(?:HELP|TYPE)\b", line):  # a HELP/TYPE line cut short
+                out.other.append(number)
+                out.attempts.add(number)
+            continue  # any other comment is part of the exposition format (or of the paste around it)
+        found = SAMPLE_RE.match(line)
+        if found:
+            out.kept.append((number, line))
+            out.samples.append(number)
+            if found.group("ms"):
+                out.stamps_ms.append(int(found.group("ms")))
+            continue
+        wordy = WORDY_SAMPLE_RE.match(line)
+        if wordy and not re.match(VALUE, wordy.group("value")):  # a number with a remark after it is no sample
+            out.wordy[wordy.group("name")] = wordy.group("value").strip()
+            continue
+        out.other.append(number)
+        if ATTEMPT_RE.match(line):
+            out.attempts.add(number)
+    return out
+
+
+def parse_pasted(text: str, at_unix: float | None, origin: str = "metrics page") -> Scrape:
+    """A saved or pasted page: every sample line, wherever it is (quotes, fences and prose around it).
+
+    A line inside the block of data that is not one (elided labels, a stray remark, a line cut off), or a line that
+    set out to be a sample anywhere, is skipped and its number kept in ``skipped_lines``; the page is refused only
+    when not one sample can be read. ``at_unix`` None and samples with timestamps: the page's time is their last."""
+    if not text.strip():
+        raise NotMetricsError(f"{origin} is empty")
+    lines = data_lines(text)
+    joined = "\n".join(line for line in lines if line).lstrip()
+    if joined.startswith("<"):
+        raise NotMetricsError(f"{origin} is an HTML/XML page, not Prometheus metrics")
+    found = _sort_lines(lines)
+    if not found.samples:
+        if joined.startswith(("{", "[")):
+            raise NotMetricsError(f"{origin} is JSON, not Prometheus text")
+        raise NotMetricsError(f"{origin} holds no metric samples")
+    first, last = found.samples[0], found.samples[-1]
+    skipped = [n + 1 for n in found.other if first < n < last or n in found.attempts]
+    if found.stamps_ms and at_unix is None:
+        at_unix = max(found.stamps_ms) / 1000.0
+    scrape = Scrape(at_unix=at_unix, size_bytes=len(text), skipped_lines=skipped)
+    try:
+        _parse_into(scrape, "\n".join(line for _, line in found.kept) + "\n")
+    except Exception:  # lines each well-formed, together not (a TYPE line twice, out of order): one at a time
+        scrape.series.clear()
+        for number, line in found.kept:
+            if line.startswith("#"):
+                continue
+            try:
+                _parse_into(scrape, line + "\n")
+            except Exception:
+                scrape.skipped_lines.append(number + 1)
+        scrape.skipped_lines.sort()
+        if not scrape.series:
+            raise ExpositionParseError(f"{origin} is not valid Prometheus text") from None
+    for name, value in found.wordy.items():
+        scrape.unavailable[name] = f"the exporter wrote '{value}' instead of a number"
+    return scrape
+
+
+def describe_skipped(skipped: list[tuple[str, int]]) -> str:
+    """'skipped 3 unreadable lines (first: line 12)' for (file, line number) pairs; '' for none."""
+    if not skipped:
+        return ""
+    where, number = skipped[0]
+    files = {w for w, _ in skipped}
+    first = f"line {number}" if len(files) == 1 else f"{where} line {number}"
+    count = len(skipped)
+    return f"skipped {count} unreadable line{'s' if count != 1 else ''} (first: {first})"
 
 
 def _matches(key: LabelKey, match: Mapping[str, str]) -> bool:

@@ -496,6 +496,37 @@ def test_analyze_empty_file(tmp_path):
     assert f"{empty} is empty" in error
 
 
+def test_analyze_binary_file(tmp_path):
+    binary = tmp_path / "core.bin"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\0\0\0" + bytes(range(256)))
+    error, hint = assert_clean_error(run_cli("analyze", str(binary)))
+    assert f"{binary} is a binary file" in error
+    assert "/metrics" in hint
+
+
+def test_analyze_prose_only(tmp_path):
+    """A bug report's text without its data: refused, not read as an idle server."""
+    report = tmp_path / "issue.md"
+    report.write_text("### Describe the bug\nThe server gets slow after an hour. Logs attached below.\n")
+    error, hint = assert_clean_error(run_cli("analyze", str(report)))
+    assert "holds no metric or log lines" in error and "Describe the bug" in error
+    assert "prose, quotes and code fences around them are fine" in hint
+
+
+def test_analyze_only_fences(tmp_path):
+    report = tmp_path / "issue.md"
+    report.write_text("```\n```\n> ```text\n> ```\n")
+    error, _hint = assert_clean_error(run_cli("analyze", str(report)))
+    assert "only Markdown fences and quote marks" in error
+
+
+def test_analyze_page_whose_every_sample_is_elided(tmp_path):
+    page = tmp_path / "metrics.md"
+    page.write_text("```\nvllm:num_requests_running{...} 3\nvllm:num_requests_waiting{...} 0\n```\n")
+    error, hint = assert_clean_error(run_cli("analyze", str(page)))
+    assert "holds no metric samples" in error and "curl" in hint
+
+
 def test_analyze_path_with_square_brackets(tmp_path):
     missing = tmp_path / "x[" / "y].prom"
     error, _hint = assert_clean_error(run_cli("analyze", str(missing)))

@@ -197,7 +197,7 @@ def test_cli_analyze_log_json_and_exit_codes():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["garbage.log"], "no vLLM, SGLang or TensorRT-LLM stat lines in 2 line(s); it starts: hello world"),
+        (["garbage.log"], "holds no metric or log lines (it starts: hello world"),  # prose: no data at all
         (["vllm-v1-memory.log", "--since", "soon"], "--since 'soon' is neither a time nor a span"),
         (["vllm-v1-memory.log", "sglang-scheduling.log"], "mixes logs of SGLang, vLLM"),
     ],
