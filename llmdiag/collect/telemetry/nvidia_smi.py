@@ -281,7 +281,9 @@ def _parse_table(text: str) -> Snapshot:
     gpus: dict[int, Gpu] = {}
     current: Gpu | None = None
     processes: dict[int, list[Process]] | None = None
+    none_running = False
     for line in lines:
+        none_running = none_running or "No running processes found" in line
         if "Processes:" in line:
             processes = {}
             current = None
@@ -301,8 +303,16 @@ def _parse_table(text: str) -> Snapshot:
         if current is not None and stats and len(cells) >= 3:
             _table_stats(current, stats, cells)
             current = None
+    # an empty list that does not say 'No running processes found': the processes live in another PID namespace
+    hidden = processes is not None and not processes and not none_running
     for gpu in gpus.values():
-        if processes is not None:
+        if hidden:
+            for sample in ("nvml_processes", "nvml_process_memory_bytes"):
+                gpu.unavailable[sample] = (
+                    "the Processes table lists none and does not say 'No running processes found': processes of "
+                    "another PID namespace (a container) are not shown"
+                )
+        elif processes is not None:
             gpu.processes = processes.get(gpu.index, [])
         for sample in QUERY_ONLY:
             gpu.unavailable.setdefault(sample, "the default nvidia-smi table does not show it: nvidia-smi -q does")

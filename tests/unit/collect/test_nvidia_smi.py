@@ -197,6 +197,30 @@ def test_xml_graphics_processes_are_not_compute_processes():
     assert stat(signals, "gpu_memory_used_bytes", "max") == 352 * MIB
 
 
+def test_query_text_in_a_fence_with_a_compute_process_and_a_narrowed_link():
+    signals = collect("a10g-triton-q.md")  # a blank line inside the PCI block, a process with an empty Name
+    memory = signals.get("gpu_process_memory_bytes")
+    assert memory is not None and memory.by_series == {"gpu=0,process=3402470": 8716 * MIB}
+    assert stat(signals, "gpu_process_count", "max") == 1.0
+    assert (
+        stat(signals, "pcie_link_width_lanes", "min") == 8.0 and stat(signals, "pcie_link_max_width_lanes", "min") == 16
+    )
+    assert stat(signals, "pcie_rx_bytes_per_second", "last") == 0.0  # the line after the blank one
+    assert stat(signals, "gpu_memory_free_bytes", "min") == 14001 * MIB
+    assert "gpu" not in signals.sources[0].config  # an A10G is not in probes/tables/gpus.toml
+    assert "gpu_note" in signals.sources[0].config
+    verdict = build_verdict(signals)
+    assert verdict.signals["pcie_link_speed_ratio"].stat("value") == pytest.approx(0.5)  # x8 of x16, Gen 4 of 4
+    assert verdict.signals["gpu_memory_used_ratio"].stat("value") == pytest.approx(8722 / (8722 + 14001))
+
+
+def test_an_empty_process_table_from_a_container_is_unknown_not_zero():
+    signals = collect("a10g-triton-table-empty-processes.md")  # 8722 MiB in use, no process listed
+    assert stat(signals, "gpu_memory_used_bytes", "max") == 8722 * MIB
+    count = signals.get("gpu_process_count")
+    assert count is not None and count.stat("max") is None and "PID namespace" in (count.unavailable or "")
+
+
 # ---------------------------------------------------------------------------------------------
 # the signals are the registry's, the rules judge them
 
