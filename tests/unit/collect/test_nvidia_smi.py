@@ -124,6 +124,17 @@ def test_an_old_style_table_without_processes_section():
     assert signals.sources[0].config["gpu"] == "H100"
 
 
+def test_the_old_two_row_table_of_driver_418():
+    signals = collect("p40-x3-driver418-table.md")
+    power = signals.get("gpu_power_watts")
+    assert power is not None and power.by_series == {"gpu=0": 172.0, "gpu=1": 9.0, "gpu=2": 10.0}
+    util = signals.get("gpu_utilization_ratio")
+    assert util is not None and util.by_series == {"gpu=0": 1.0, "gpu=1": 0.0, "gpu=2": 0.0}
+    assert stat(signals, "gpu_memory_used_bytes", "max") == 22747 * MIB
+    assert stat(signals, "gpu_temperature_celsius", "max") == 82.0
+    assert signals.sources[0].config["driver"] == "418.39" and signals.sources[0].config["cuda"] == "10.1"
+
+
 # ---------------------------------------------------------------------------------------------
 # nvidia-smi -q and -q -x
 
