@@ -220,10 +220,19 @@ def _format_of(text: str) -> str | None:
     return None
 
 
+# one GPU's own line in each format: a table row with its PCI bus id, a -q section head, an XML <gpu> element
+GPU_MARKERS = {
+    "table": re.compile(r"\|\s*\d+\s+.+?\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d"),
+    "query": re.compile(r"^[\s>]*GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s*$", re.MULTILINE),
+    "xml": re.compile(r"<gpu[\s>]"),
+}
+
+
 def looks_like_nvidia_smi(text: str) -> bool:
-    """Whether the text holds nvidia-smi output in any of its three formats (anywhere in it: a bug report's prose
-    around the paste does not matter)."""
-    return _format_of(text) is not None
+    """Whether the text holds nvidia-smi output, in any of its three formats, with at least one GPU in it (anywhere
+    in the text: a bug report's prose around the paste does not matter; a header alone is not evidence)."""
+    fmt = _format_of(text)
+    return fmt is not None and GPU_MARKERS[fmt].search(text) is not None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -270,6 +270,7 @@ def test_idle_snapshot_alone_judges_no_load_rule():
 
 def test_output_without_a_gpu_row_is_refused_with_a_hint():
     header = "\n".join(read("h100-sxm-x8-idle-table.txt").splitlines()[:7])
+    assert not looks_like_nvidia_smi(header)  # a header alone is not evidence
     with pytest.raises(InputFileError) as info:
         collect_nvidia_smi(header, "header.txt")
     assert "header.txt" in info.value.message and "GPU row" in info.value.message
