@@ -42,7 +42,7 @@ CONNECTION_RE = re.compile(
 CHANNELS_RE = re.compile(
     r"\b(\d+) coll channels,(?: (\d+) collnet channels,)?(?: (\d+) nvls channels,)? (\d+) p2p channels"
 )
-RING_RE = re.compile(r"\bChannel \d+/(\d+) :(?:\s+\d+)+\s*$")
+RING_RE = re.compile(r"\bChannel \d+/(\d+) :((?:\s+\d+)+)\s*$")  # a ring's ranks in order
 WARN_RE = re.compile(r"\bNCCL WARN (.*)$")
 ENV_RE = re.compile(r"\b(NCCL_\w+) set by environment to (\S+?)\.?$")
 TIMEOUT_RE = re.compile(
@@ -72,6 +72,7 @@ class NcclLog:
     coll_channels: int | None = None
     nvls_channels: int | None = None
     ring_channels: int | None = None
+    ranks_seen: set[str] = field(default_factory=set)  # ranks in ring listings and connection lines
     trees: bool = False
     warnings: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
@@ -113,6 +114,7 @@ def _read_line(line: str, log: NcclLog) -> None:
         log.nranks = max(log.nranks or 0, int(ranks))
     for channel, src, _src_dev, dst, _dst_dev, direction, via in CONNECTION_RE.findall(line):
         log.connections[(channel, src, dst, direction)] = via
+        log.ranks_seen |= {src, dst}
     channels = CHANNELS_RE.search(line)
     if channels:
         log.coll_channels = max(log.coll_channels or 0, int(channels.group(1)))
@@ -121,6 +123,7 @@ def _read_line(line: str, log: NcclLog) -> None:
     ring = RING_RE.search(line)
     if ring:
         log.ring_channels = max(log.ring_channels or 0, int(ring.group(1)))
+        log.ranks_seen |= set(ring.group(2).split())
     if "Connected all trees" in line or re.search(r"\bTrees \[0\]", line):
         log.trees = True
     warn = WARN_RE.search(line)
@@ -237,8 +240,7 @@ def collect_nccl_log(text: str, origin: str) -> SignalSet:
         )
     where = f"NCCL log ({origin})"
     signals = SignalSet()
-    ranks = float(log.nranks) if log.nranks else None
-    signals.add(_count("nccl_ranks", ranks, "count", f"{where}: nranks", "the log prints no 'nranks N'"))
+    signals.add(_ranks(log, where))
     for signal in (*_transport_signals(log, where), *_warning_signals(log, where), *_timeout_signals(log, where)):
         signals.add(signal)
     nvls = float(log.nvls_channels) if log.nvls_channels is not None else None
@@ -254,6 +256,17 @@ def collect_nccl_log(text: str, origin: str) -> SignalSet:
     signals.sources = [_source_info(log, origin)]
     signals.window = Window(kind="lifetime", note="an NCCL log has no time base: counts are of the whole file")
     return signals
+
+
+def _ranks(log: NcclLog, where: str) -> Signal:
+    """The communicator's size: NCCL's 'nranks N', else the ranks its ring and connection lines name (a lower bound
+    for an excerpt, and the source says so)."""
+    if log.nranks:
+        return _count("nccl_ranks", float(log.nranks), "count", f"{where}: nranks", "")
+    if log.ranks_seen:
+        source = f"{where}: ranks named in ring and 'via' lines (no 'nranks N' line: at least this many)"
+        return _count("nccl_ranks", float(len(log.ranks_seen)), "count", source, "")
+    return Signal.missing("nccl_ranks", "derived", "count", "the log prints no 'nranks N' and no ring", source=where)
 
 
 def _source_info(log: NcclLog, origin: str) -> SourceInfo:

@@ -91,6 +91,10 @@ def test_version_ranks_and_channels():
     ray = collect("ray-p2p-ipc-peer-access-warn.txt")  # lines behind Ray's '(pid=909608) ' prefix
     assert ray.sources[0].config["nccl_version"] == "2.7.8"
     assert ray.sources[0].config["topology"] == "2 ring channels, trees"
+    # no 'nranks' line: the ranks the ring ('Channel 00/02 :    0   1') and the 'via' lines name, a lower bound
+    assert value(ray, "nccl_ranks") == 2.0
+    assert value(collect("ring-p2p-ipc-interleaved.txt"), "nccl_ranks") == 8.0
+    assert "at least" in collect("ring-p2p-ipc-interleaved.txt").signals["nccl_ranks"].source
 
 
 # ---------------------------------------------------------------------------------------------
