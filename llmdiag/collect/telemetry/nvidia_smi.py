@@ -453,8 +453,9 @@ def _parse_query(text: str, fmt: str) -> Snapshot:
         fmt=fmt,
         gpus=gpus,
         at_unix=_timestamp(header.get("timestamp", "")),
-        driver=header.get("driver version", header.get("driver_version", "")),
-        cuda=header.get("cuda version", header.get("cuda_version", "")),
+        # R610 drivers print 'KMD Version' and 'CUDA UMD Version' in the table; read either spelling
+        driver=next((header[k] for k in ("driver version", "driver_version", "kmd version") if k in header), ""),
+        cuda=next((header[k] for k in ("cuda version", "cuda_version", "cuda umd version") if k in header), ""),
     )
 
 
