@@ -121,19 +121,47 @@ def _read_dcgm(paths: list[Path], options: ReadOptions) -> SignalSet:
     return collect_dcgm_pages(paths, max_bytes=options.max_bytes or DEFAULT_MAX_BYTES)
 
 
-# in the order they are tried; the first whose test passes takes the file. Later rows, e.g.:
-#   Kind("nvidia-smi", "nvidia-smi output", lambda h: looks_like_nvidia_smi(h.text), each(collect_nvidia_smi), False)
-#   Kind("nccl-log", "NCCL log", lambda h: looks_like_nccl_log(h.text), each(collect_nccl_log), False)
+def _is_nvidia_smi(head: Head) -> bool:
+    from llmdiag.collect.telemetry.nvidia_smi import looks_like_nvidia_smi
+
+    return looks_like_nvidia_smi(head.text)
+
+
+def _is_nccl_log(head: Head) -> bool:
+    from llmdiag.collect.nccl.logs import looks_like_nccl_log
+
+    return looks_like_nccl_log(head.text)
+
+
+def _read_nvidia_smi(paths: list[Path], options: ReadOptions) -> SignalSet:
+    from llmdiag.collect.telemetry.nvidia_smi import collect_nvidia_smi
+
+    return each(collect_nvidia_smi)(paths, options)
+
+
+def _read_nccl_logs(paths: list[Path], options: ReadOptions) -> SignalSet:
+    from llmdiag.collect.nccl.logs import collect_nccl_log
+
+    return each(collect_nccl_log)(paths, options)
+
+
+NCCL_LOG = Kind("nccl-log", "NCCL log", _is_nccl_log, _read_nccl_logs, False)
+# in the order they are tried; the first whose test passes takes the file
 KINDS: tuple[Kind, ...] = (
     Kind("dump", "server /metrics dump", _is_server_page, _read_dumps, True),
     Kind("dcgm", "DCGM exporter page", _is_dcgm_page, _read_dcgm, False),
     Kind("dump", "TensorRT-LLM JSON iteration stats", _is_trtllm_json, _read_dumps, True),
     Kind("dump", "metrics page without a readable sample", _is_unreadable_page, _read_dumps, True),
+    Kind("nvidia-smi", "nvidia-smi output", _is_nvidia_smi, _read_nvidia_smi, False),
     Kind("log", "server log", _is_log, _read_logs, True),
+    NCCL_LOG,
     Kind("dump", "metrics page of an unrecognised server", _is_any_page, _read_dumps, True),
 )
-# the order sources are combined in: the logs' window first, then the server's pages, then the GPUs
-COMBINE_ORDER = ("log", "dump", "dcgm")
+# kinds read from a file beside the kind that took it: a server log often carries NCCL's own lines, which say
+# what the stat lines cannot (transports, watchdog timeouts)
+COMPANIONS: tuple[Kind, ...] = (NCCL_LOG,)
+# the order sources are combined in: the logs' window first, then the server's pages, then the GPUs and the links
+COMBINE_ORDER = ("log", "dump", "dcgm", "nvidia-smi", "nccl-log")
 
 
 def each(collect: Callable[[str, str], SignalSet]) -> Reader:
@@ -204,7 +232,12 @@ class Evidence:
 def sort_files(paths: list[Path]) -> Evidence:
     evidence = Evidence()
     for path in paths:
-        evidence.add(path, classify(read_head(path)))
+        head = read_head(path)
+        kind = classify(head)
+        evidence.add(path, kind)
+        for companion in COMPANIONS:
+            if companion is not kind and companion.test(head):
+                evidence.add(path, companion)
     return evidence
 
 

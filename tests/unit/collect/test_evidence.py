@@ -20,6 +20,8 @@ MEMORY = FIXTURES / "vllm-0.32.0" / "memory"
 DCGM = FIXTURES / "dcgm" / "a800-8gpu-mig-idle.prom"
 LOG = FIXTURES / "logs" / "vllm-0.32-kv-starved.log"
 TRT = FIXTURES / "trtllm" / "iteration-stats-executor-long-prompt.json"
+SMI = FIXTURES / "nvidia-smi"
+MIB = 1024 * 1024
 
 
 def write(path: Path, text: str) -> Path:
@@ -42,6 +44,9 @@ def paste(path: Path, source: Path, quote: str = "> ") -> Path:
         (FIXTURES / "llamacpp" / "slots-full-1.prom", "dump", "server /metrics dump"),
         (DCGM, "dcgm", "DCGM exporter page"),
         (TRT, "dump", "TensorRT-LLM JSON iteration stats"),
+        (SMI / "h100-sxm-x8-idle-table.txt", "nvidia-smi", "nvidia-smi output"),
+        (SMI / "h200-idle-q.txt", "nvidia-smi", "nvidia-smi output"),
+        (SMI / "rtx3090-x4-q-x.xml", "nvidia-smi", "nvidia-smi output"),
     ],
 )
 def test_a_pasted_file_is_told_by_what_it_holds(tmp_path, source, kind, words):
@@ -162,3 +167,13 @@ def test_a_one_file_at_a_time_reader_merges_in_file_order():
     assert [s.url for s in signals.sources] == [str(quickstart), str(DCGM)]
     # the quickstart page's single GPU clocks at 139 MHz: the first page's signal wins
     assert signals.get("sm_clock_hertz").stats["last"] == pytest.approx(139e6)
+
+
+def test_nvidia_smi_beside_a_dump_gives_the_gpu_signals(tmp_path):
+    """A bug report's two pastes: the server's page and nvidia-smi's table, read as one incident."""
+    table = paste(tmp_path / "smi.md", SMI / "rtx4090-x4-shared-gpu-table.txt")
+    signals = collect_evidence([MEMORY / "scrape-06.prom", table])
+    assert signals.signals["requests_running"].unavailable is None  # from the dump
+    used = signals.signals["gpu_memory_used_bytes"]
+    assert used.unavailable is None and used.stats["max"] == 23703 * MIB  # the table's fullest GPU
+    assert [s.probe for s in signals.sources] == ["vllm", "nvidia-smi"]
