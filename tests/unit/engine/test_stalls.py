@@ -350,3 +350,21 @@ def test_kv_usage_frozen_while_decoding_is_a_sanity_finding_live_only():
     # a log prints the usage rounded to 2 places: a steady printed value proves nothing
     from_log = build_verdict(readings.signal_set("sglang-log"))
     assert not any(f.code == "SAN006" for f in from_log.findings)
+
+
+# --- a real log, through the log reader ----------------------------------------------------------------------------
+
+
+def test_a_real_v0_log_stuck_at_zero_tokens_with_one_request_is_stalled():
+    from pathlib import Path
+
+    from llmdiag.collect.logs import collect_logs
+
+    log = Path(__file__).parents[2] / "fixtures" / "logs" / "vllm-v0-stalled-cpu.log"
+    verdict = build_verdict(collect_logs([log]))
+    assert_stalled(verdict, "SCH003")
+    found = evidence(verdict, "SCH003")
+    # six lines from 00:40:43 to 00:43:18, every one 'Avg generation throughput: 0.0 tokens/s, Running: 1 reqs'
+    assert found["no_progress_seconds.value"] == (43 * 60 + 18) - (40 * 60 + 43)
+    assert found["requests_running.last"] == 1
+    assert found["kv_cache_usage_ratio.last"] == pytest.approx(0.001)
