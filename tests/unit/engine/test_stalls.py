@@ -368,3 +368,21 @@ def test_a_real_v0_log_stuck_at_zero_tokens_with_one_request_is_stalled():
     assert found["no_progress_seconds.value"] == (43 * 60 + 18) - (40 * 60 + 43)
     assert found["requests_running.last"] == 1
     assert found["kv_cache_usage_ratio.last"] == pytest.approx(0.001)
+
+
+# --- fleets ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_stalled_replica_names_its_stall_finding_and_counts_as_gone_bad_in_a_timeline():
+    from llmdiag.engine.fleet import build_timeline, target_from_verdict
+    from llmdiag.model.fleet import FleetStep
+
+    verdict = build_verdict(log_readings(20, 6, running=4, waiting=12, kv=0.31).signal_set("vllm-log"))
+    target = target_from_verdict("gpu-b", "http://10.0.0.2:8000", verdict)
+    assert target.bottleneck is Bottleneck.stalled and target.primary == "SCH003" and target.state == "CRITICAL"
+    steps = [
+        FleetStep(at_unix=T0, classes={"r1": Bottleneck.healthy, "r2": Bottleneck.healthy}),
+        FleetStep(at_unix=T0 + 300, classes={"r1": Bottleneck.healthy, "r2": Bottleneck.stalled}),
+    ]
+    timeline = build_timeline(steps)
+    assert timeline.first_to_go == ["r2"] and timeline.first_to_go_class is Bottleneck.stalled
