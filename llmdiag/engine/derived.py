@@ -438,6 +438,16 @@ def per_user_decode_over_ceiling(signals: SignalSet) -> float:
 
 
 @derived(
+    "ttft_mean_over_floor_ratio",
+    formula="mean(ttft) / (active parameters x 0.5 bytes / fastest HBM in the GPU table)",
+)
+def ttft_mean_over_floor(signals: SignalSet) -> float:
+    # a first token needs one forward pass, which reads every active weight at least once
+    params, _ = model_active_params(signals)
+    return need(signals, "ttft_seconds", "mean") / (params * MIN_WEIGHT_BYTES / FASTEST_HBM_BYTES_PER_SECOND)
+
+
+@derived(
     "kv_usage_frozen_while_decoding_seconds",
     formula="the window's seconds when the KV usage gauge read one value throughout while tokens were generated",
 )

@@ -386,3 +386,21 @@ def test_a_stalled_replica_names_its_stall_finding_and_counts_as_gone_bad_in_a_t
     ]
     timeline = build_timeline(steps)
     assert timeline.first_to_go == ["r2"] and timeline.first_to_go_class is Bottleneck.stalled
+
+
+def test_a_mean_ttft_shorter_than_one_forward_pass_is_a_sanity_finding():
+    n = 21
+    readings = Readings(
+        interval=1.0,
+        gauges={"requests_running": [4.0] * n, "requests_waiting": [0.0] * n, "kv_cache_usage_ratio": [0.1] * n},
+        rates={"generation_tokens_per_second": [300.0] * n},
+    )
+    signals = readings.signal_set("vllm", models=("meta-llama/Meta-Llama-3-70B-Instruct",))
+    # 0.2 ms on average: Llama 3 70B's weights at 4 bits are ~35 GB, 7 ms at 4.8 TB/s
+    signals.add(Signal(name="ttft_seconds", kind="histogram", unit="s", stats={"mean": 0.0002, "count": 90.0}))
+    verdict = build_verdict(signals)
+    found = evidence(verdict, "SAN007")
+    assert found["ttft_seconds.mean"] == 0.0002
+    floor = 70.6e9 * 0.5 / FASTEST_HBM_BYTES_PER_SECOND
+    assert found["ttft_mean_over_floor_ratio.value"] == pytest.approx(0.0002 / floor, rel=0.01)
+    assert "cannot be trusted" in next(f for f in verdict.findings if f.code == "SAN007").summary
