@@ -49,7 +49,7 @@ ROOT_CAUSE_ORDER = {Category.memory: 3, Category.network: 2, Category.compute: 1
 # the skipped rules' own reasons are given instead (e.g. a profiling field switched off in dcgm-exporter)
 # a class whose findings are the expected symptom of another class's root cause: a step stretched by inter-GPU
 # collectives is a slow step, so CMP001 beside NET001 confirms the link rather than competing with it; and an engine
-# stalled on a spinning collective (SCH003 beside NET005), or queueing behind link-bound steps, is the link's symptom
+# queueing behind link-bound steps is the link's symptom (a spinning collective, NET005, is a stall: see ``stall``)
 SYMPTOM_OF = {Category.compute: Category.network, Category.scheduling: Category.network}
 # (built when used: they name options, llmdiag.errors.option)
 NOT_EVALUATED_REASON: dict[Category, Callable[[], str]] = {
