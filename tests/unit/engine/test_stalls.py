@@ -404,3 +404,44 @@ def test_a_mean_ttft_shorter_than_one_forward_pass_is_a_sanity_finding():
     floor = 70.6e9 * 0.5 / FASTEST_HBM_BYTES_PER_SECOND
     assert found["ttft_mean_over_floor_ratio.value"] == pytest.approx(0.0002 / floor, rel=0.01)
     assert "cannot be trusted" in next(f for f in verdict.findings if f.code == "SAN007").summary
+
+
+# --- the constraint, whatever later fits the confidence ---------------------------------------------------------------
+
+
+def test_beside_a_stall_no_capacity_class_reaches_half_even_when_every_one_fires_critical():
+    from llmdiag.engine.evaluate import _class_confidence
+    from llmdiag.model import Category, Finding, Severity
+
+    def finding(code: str, category: Category, stall: bool = False) -> Finding:
+        return Finding(
+            code=code,
+            slug="x",
+            title="x",
+            category=category,
+            severity=Severity.critical,
+            summary="x",
+            evidence=[],
+            stall=stall,
+        )
+
+    findings = [finding("SCH003", Category.scheduling, stall=True)] + [
+        finding(f"{c.value[:3].upper()}999", c)
+        for c in (Category.memory, Category.compute, Category.scheduling, Category.network)
+    ]
+    out = _class_confidence(Bottleneck.stalled, 0.99, findings)
+    assert out["stalled"] == 0.99
+    assert set(out) == {"stalled", *CAPACITY} and all(out[c] < 0.5 for c in CAPACITY)
+
+
+def test_a_stall_rule_can_be_neither_advisory_nor_sanity():
+    from pydantic import ValidationError
+
+    from llmdiag.schema.loader import load_rules
+    from llmdiag.schema.rules import RuleSpec
+
+    sch003 = next(r for r in load_rules() if r.code == "SCH003").model_dump()
+    with pytest.raises(ValidationError, match="stall rule"):
+        RuleSpec.model_validate({**sch003, "advisory": True})
+    stall_codes = {r.code for r in load_rules() if r.stall}
+    assert {"SCH003", "SCH011", "MEM007", "NET005"} <= stall_codes
