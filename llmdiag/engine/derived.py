@@ -448,6 +448,17 @@ def ttft_mean_over_floor(signals: SignalSet) -> float:
 
 
 @derived(
+    "engine_model_unseen_requests_ratio",
+    formula="1 - increase(tensorrt_llm success) / increase(ensemble success)",
+)
+def engine_model_unseen_requests(signals: SignalSet) -> float:
+    ensemble = need(signals, "ensemble_requests_finished_per_second", "increase")
+    if ensemble < 5:
+        raise Missing("fewer than 5 requests finished at the ensemble in the window")
+    return max(0.0, 1.0 - need(signals, "requests_finished_per_second", "increase") / ensemble)
+
+
+@derived(
     "kv_usage_frozen_while_decoding_seconds",
     formula="the window's seconds when the KV usage gauge read one value throughout while tokens were generated",
 )

@@ -445,3 +445,18 @@ def test_a_stall_rule_can_be_neither_advisory_nor_sanity():
         RuleSpec.model_validate({**sch003, "advisory": True})
     stall_codes = {r.code for r in load_rules() if r.stall}
     assert {"SCH003", "SCH011", "MEM007", "NET005"} <= stall_codes
+
+
+def test_triton_engine_model_at_zero_while_its_ensemble_counts_is_a_sanity_finding():
+    n = 11
+    readings = Readings(
+        interval=1.0,
+        gauges={"requests_running": [6.0] * n, "requests_waiting": [2.0] * n, "kv_cache_usage_ratio": [0.3] * n},
+        rates={"ensemble_requests_finished_per_second": [24.0] * n, "requests_finished_per_second": [0.0] * n},
+    )
+    verdict = build_verdict(readings.signal_set("triton"))
+    found = evidence(verdict, "SAN008")
+    assert found["ensemble_requests_finished_per_second.increase"] == 240.0
+    assert found["requests_finished_per_second.increase"] == 0.0
+    assert found["engine_model_unseen_requests_ratio.value"] == 1.0
+    assert verdict.class_confidence.get("sanity") is None  # sanity never sets a class
