@@ -407,12 +407,14 @@ def queue_over_running(signals: SignalSet) -> float:
 # faster than reading its active weights once per token at that speed (speculative decoding aside)
 FASTEST_HBM_BYTES_PER_SECOND = max(g.hbm_bandwidth_bytes_per_second for g in GPUS.values())
 MIN_WEIGHT_BYTES = 0.5
-SIZE_IN_NAME = re.compile(r"(?<![\dx.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z0-9])")
+# a mixture of experts names the parameters a token reads after an "A": Qwen3-30B-A3B (3e9). A bare size
+# ("gpt-oss-120b", "Llama-3.1-8B") may be a mixture's total, which would set the ceiling far too low: not used
+ACTIVE_IN_NAME = re.compile(r"(?<![A-Za-z0-9])A(\d+(?:\.\d+)?)[bB](?![a-zA-Z0-9])")
 
 
 def model_active_params(signals: SignalSet) -> tuple[float, str]:
-    """The served model's parameters read per token, and where that came from: the model table, or the size in its
-    name ("Qwen2.5-7B-Instruct": 7e9)."""
+    """The served model's parameters read per token, and where that came from: the model table (its shape), or the
+    active size a mixture's name states ("Qwen3-30B-A3B": 3e9)."""
     names = [m for source in signals.sources for m in source.models]
     if not names:
         raise Missing("the served model's name is unknown")
@@ -421,10 +423,13 @@ def model_active_params(signals: SignalSet) -> tuple[float, str]:
             return float(find_model(name).active_params), f"{name} (model table)"
         except LlmdiagError:
             pass
-        found = SIZE_IN_NAME.search(name.split("/")[-1])  # not "8x7B": a mixture's total, not what a token reads
+        found = ACTIVE_IN_NAME.search(name.split("/")[-1])
         if found:
-            return float(found.group(1)) * 1e9, f"{name} (size in its name)"
-    raise Missing(f"no size known for {', '.join(names)}")
+            return float(found.group(1)) * 1e9, f"{name} (active size in its name)"
+    raise Missing(
+        f"{', '.join(names)} is not in the model table (probes/tables/models.toml): a size in a name may be a "
+        "mixture's total, not what a token reads"
+    )
 
 
 @derived(

@@ -460,3 +460,23 @@ def test_triton_engine_model_at_zero_while_its_ensemble_counts_is_a_sanity_findi
     assert found["requests_finished_per_second.increase"] == 0.0
     assert found["engine_model_unseen_requests_ratio.value"] == 1.0
     assert verdict.class_confidence.get("sanity") is None  # sanity never sets a class
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("Qwen/Qwen2.5-7B-Instruct", 7.6e9),  # the model table: its shape's count
+        ("Qwen/Qwen3-30B-A3B", 3e9),  # a mixture's name states what a token reads
+        ("openai/gpt-oss-120b", None),  # a mixture's total: 120e9 would put the ceiling at a twentieth of the truth
+        ("mistralai/Mixtral-8x7B-Instruct-v0.1", 12.9e9),  # the table knows its active experts
+    ],
+)
+def test_the_model_size_behind_the_physics_bounds_is_never_a_mixtures_total(name: str, params: float | None):
+    from llmdiag.engine.derived import Missing, model_active_params
+
+    signals = SignalSet(sources=[SourceInfo(probe="vllm", models=[name])])
+    if params is None:
+        with pytest.raises(Missing, match="mixture"):
+            model_active_params(signals)
+    else:
+        assert model_active_params(signals)[0] == pytest.approx(params, rel=0.02)
