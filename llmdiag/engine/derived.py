@@ -7,11 +7,13 @@ are declared in probes/signals.toml (llmdiag.schema.registry); its formula is sa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from llmdiag.errors import option
+from llmdiag.errors import LlmdiagError, option
 from llmdiag.model import Signal, SignalSet
+from llmdiag.physics.hardware import GPUS, find_model
 from llmdiag.schema.loader import load_code_signals
 
 
@@ -240,12 +242,244 @@ def engine_imbalance(signals: SignalSet) -> float:
     return max(load.values()) / mean
 
 
-@derived("histogram_count_excess_ratio", formula="increase(e2e_latency count) / increase(request_success)")
+@derived(
+    "histogram_count_excess_ratio",
+    formula="max(count(e2e_latency), count(ttft) - max(running)) / increase(request_success)",
+)
 def histogram_excess(signals: SignalSet) -> float:
     finished = need(signals, "requests_finished_per_second", "increase")
     if finished < 5:
         raise Missing("fewer than 5 requests finished in the window")
-    return need(signals, "e2e_latency_seconds", "count") / finished
+    counts: list[float] = []
+    reasons: list[str] = []
+    try:
+        counts.append(need(signals, "e2e_latency_seconds", "count"))
+    except Missing as why:
+        reasons.append(str(why))
+    try:
+        # a request counts in TTFT at its first token, in request_success at its end: those still running may be
+        # counted in the first and not yet in the second
+        running = need(signals, "requests_running", "max") if signals.get("requests_running") else 0.0
+        counts.append(need(signals, "ttft_seconds", "count") - running)
+    except Missing as why:
+        reasons.append(str(why))
+    if not counts:
+        raise Missing("; ".join(reasons))
+    return max(counts) / finished
+
+
+# --- stalls, trends, sanity -------------------------------------------------------------------------------------
+
+# progress: any of these moved (tokens out, prompt tokens in, a request finished, or an engine step: llama.cpp and
+# Triton count tokens only when a request ends)
+PROGRESS_SIGNALS = (
+    "generation_tokens_per_second",
+    "prompt_tokens_per_second",
+    "engine_steps_per_second",
+    "requests_finished_per_second",
+)
+# readings in a row with no progress before it is a stall, not one quiet interval that a request arrived at the end of
+STALL_READINGS = 2
+
+
+def _value_at(samples: list[tuple[float, float]], at: float) -> float | None:
+    """A gauge's reading at ``at``: the last one taken at or before it."""
+    found = None
+    for when, value in samples:
+        if when > at + 1e-6:
+            break
+        found = value
+    return found
+
+
+def _usable(signals: SignalSet, name: str, stat: str) -> Signal | None:
+    signal = signals.get(name)
+    if signal is None or signal.unavailable is not None or signal.stats.get(stat) is None:
+        return None
+    return signal
+
+
+@derived(
+    "no_progress_seconds",
+    formula="seconds at the window's end in which no token was made and no engine step ran while requests ran or "
+    "waited (2+ readings in a row)",
+)
+def no_progress(signals: SignalSet) -> float:
+    if signals.window.kind == "snapshot":
+        raise Missing("one moment: progress shows only between two readings")
+    need(signals, "generation_tokens_per_second", "rate")
+    need(signals, "requests_running", "max")
+    progress = [s for name in PROGRESS_SIGNALS if (s := _usable(signals, name, "rate")) is not None]
+    running = signals.signals["requests_running"]
+    waiting = _usable(signals, "requests_waiting", "max")
+    times = sorted({when for when, _ in signals.signals["generation_tokens_per_second"].samples})
+    if len(times) < STALL_READINGS or not running.samples:
+        # one rate over the whole window: stalled throughout, or not at all
+        held = need(signals, "requests_running", "min") + (waiting.stats.get("min", 0.0) if waiting else 0.0)
+        moved = any(s.stats["rate"] > 0 for s in progress)
+        return 0.0 if moved or held < 1 else window_seconds(signals)
+    rates = [dict(s.samples) for s in progress]
+    since: float | None = None
+    readings = 0
+    for index in range(len(times) - 1, -1, -1):
+        at = times[index]
+        moved = any(r.get(at, 0.0) > 0 for r in rates)
+        held = (_value_at(running.samples, at) or 0.0) + (_value_at(waiting.samples, at) or 0.0 if waiting else 0.0)
+        if moved or held < 1:
+            break
+        readings += 1
+        # a rate reading covers the interval that ends at it: the stall began at the reading before
+        start = signals.window.start_unix if signals.window.start_unix is not None else at
+        since = times[index - 1] if index > 0 else min(start, at)
+    if since is None or readings < STALL_READINGS:
+        return 0.0
+    return times[-1] - since
+
+
+def _fit(samples: list[tuple[float, float]]) -> tuple[float, float, float]:
+    """Least-squares line through the points: slope per second, the value fitted at the last point, and R²."""
+    n = len(samples)
+    mean_t = sum(t for t, _ in samples) / n
+    mean_v = sum(v for _, v in samples) / n
+    var_t = sum((t - mean_t) ** 2 for t, _ in samples)
+    var_v = sum((v - mean_v) ** 2 for _, v in samples)
+    if var_t <= 0:
+        raise Missing("every reading at one moment")
+    slope = sum((t - mean_t) * (v - mean_v) for t, v in samples) / var_t
+    r2 = 1.0 if var_v <= 0 else (slope**2 * var_t) / var_v
+    return slope, mean_v + slope * (samples[-1][0] - mean_t), r2
+
+
+# a trend is told from this many readings at least, and only when a line explains most of their spread
+TREND_MIN_READINGS = 6
+TREND_MIN_R2 = 0.8
+
+
+def _trend(signals: SignalSet, name: str) -> tuple[float, float, float, float]:
+    """slope per second, the fitted first and last values, and the seconds the readings span."""
+    if signals.window.kind == "snapshot":
+        raise Missing("one moment: a trend needs readings over time")
+    signal = signals.get(name)
+    if signal is None or signal.unavailable is not None:
+        raise Missing(f"{name} unavailable")
+    points = sorted(signal.samples)
+    if len(points) < TREND_MIN_READINGS:
+        raise Missing(f"{len(points)} readings of {name}: a trend needs {TREND_MIN_READINGS}")
+    slope, last, r2 = _fit(points)
+    if r2 < TREND_MIN_R2:
+        raise Missing(f"{name} moves but not steadily (R² {r2:.2f} of a straight line)")
+    span = points[-1][0] - points[0][0]
+    return slope, last - slope * span, last, span
+
+
+@derived("kv_cache_full_in_seconds", formula="(1 - fitted KV usage now) / its fitted growth per second")
+def kv_cache_full_in(signals: SignalSet) -> float:
+    slope, _, last, _ = _trend(signals, "kv_cache_usage_ratio")
+    if slope <= 0:
+        raise Missing("KV usage does not grow")
+    return max(0.0, 1.0 - last) / slope
+
+
+@derived(
+    "generation_throughput_trend_ratio",
+    formula="fitted output tokens/s at the window's end / at its start, while the running requests held",
+)
+def generation_throughput_trend(signals: SignalSet) -> float:
+    _, first, last, _ = _trend(signals, "generation_tokens_per_second")
+    if first <= 0:
+        raise Missing("no output at the window's start")
+    running = signals.get("requests_running")
+    if running is not None and running.unavailable is None and len(running.samples) >= TREND_MIN_READINGS:
+        points = sorted(running.samples)
+        slope, r_last, _ = _fit(points)
+        r_first = r_last - slope * (points[-1][0] - points[0][0])
+        if r_first > 0 and r_last / r_first <= last / first + 0.1:
+            raise Missing("fewer requests ran at the end: the throughput followed the load")
+    return last / first
+
+
+@derived("queue_over_running_ratio", formula="requests_waiting_avg / max(requests_running_avg, 1)")
+def queue_over_running(signals: SignalSet) -> float:
+    return requests_waiting_avg(signals) / max(requests_running_avg(signals), 1.0)
+
+
+# the fastest HBM in the GPU table, and the fewest bytes a weight can take (4-bit): no deployment decodes one request
+# faster than reading its active weights once per token at that speed (speculative decoding aside)
+FASTEST_HBM_BYTES_PER_SECOND = max(g.hbm_bandwidth_bytes_per_second for g in GPUS.values())
+MIN_WEIGHT_BYTES = 0.5
+# a mixture of experts names the parameters a token reads after an "A": Qwen3-30B-A3B (3e9). A bare size
+# ("gpt-oss-120b", "Llama-3.1-8B") may be a mixture's total, which would set the ceiling far too low: not used
+ACTIVE_IN_NAME = re.compile(r"(?<![A-Za-z0-9])A(\d+(?:\.\d+)?)[bB](?![a-zA-Z0-9])")
+
+
+def model_active_params(signals: SignalSet) -> tuple[float, str]:
+    """The served model's parameters read per token, and where that came from: the model table (its shape), or the
+    active size a mixture's name states ("Qwen3-30B-A3B": 3e9)."""
+    names = [m for source in signals.sources for m in source.models]
+    if not names:
+        raise Missing("the served model's name is unknown")
+    for name in names:
+        try:
+            return float(find_model(name).active_params), f"{name} (model table)"
+        except LlmdiagError:
+            pass
+        found = ACTIVE_IN_NAME.search(name.split("/")[-1])
+        if found:
+            return float(found.group(1)) * 1e9, f"{name} (active size in its name)"
+    raise Missing(
+        f"{', '.join(names)} is not in the model table (probes/tables/models.toml): a size in a name may be a "
+        "mixture's total, not what a token reads"
+    )
+
+
+@derived(
+    "per_user_decode_over_ceiling_ratio",
+    formula="per_user_tokens_per_second / (fastest HBM in the GPU table / (active parameters x 0.5 bytes))",
+)
+def per_user_decode_over_ceiling(signals: SignalSet) -> float:
+    params, _ = model_active_params(signals)
+    ceiling = FASTEST_HBM_BYTES_PER_SECOND / (params * MIN_WEIGHT_BYTES)
+    return per_user_tokens(signals) / ceiling
+
+
+@derived(
+    "ttft_mean_over_floor_ratio",
+    formula="mean(ttft) / (active parameters x 0.5 bytes / fastest HBM in the GPU table)",
+)
+def ttft_mean_over_floor(signals: SignalSet) -> float:
+    # a first token needs one forward pass, which reads every active weight at least once
+    params, _ = model_active_params(signals)
+    return need(signals, "ttft_seconds", "mean") / (params * MIN_WEIGHT_BYTES / FASTEST_HBM_BYTES_PER_SECOND)
+
+
+@derived(
+    "engine_model_unseen_requests_ratio",
+    formula="1 - increase(tensorrt_llm success) / increase(ensemble success)",
+)
+def engine_model_unseen_requests(signals: SignalSet) -> float:
+    ensemble = need(signals, "ensemble_requests_finished_per_second", "increase")
+    if ensemble < 5:
+        raise Missing("fewer than 5 requests finished at the ensemble in the window")
+    return max(0.0, 1.0 - need(signals, "requests_finished_per_second", "increase") / ensemble)
+
+
+@derived(
+    "kv_usage_frozen_while_decoding_seconds",
+    formula="the window's seconds when the KV usage gauge read one value throughout while tokens were generated",
+)
+def kv_usage_frozen(signals: SignalSet) -> float:
+    if any(source.probe.endswith("-log") for source in signals.sources):
+        raise Missing("a log prints the usage rounded: a steady printed value may be the rounding")
+    kv = signals.get("kv_cache_usage_ratio")
+    if kv is None or kv.unavailable is not None or len(kv.samples) < TREND_MIN_READINGS:
+        raise Missing("too few KV usage readings to tell a frozen gauge")
+    generated = signals.get("generation_tokens_per_second")
+    if generated is None or generated.unavailable is not None or not generated.samples:
+        raise Missing("no output-token readings")
+    if need(signals, "requests_running", "min") < 1 or any(v <= 0 for _, v in generated.samples):
+        return 0.0  # an idle moment in the window: an unchanged gauge is expected
+    values = {v for _, v in kv.samples}
+    return window_seconds(signals) if len(values) == 1 else 0.0
 
 
 # below this mean GPU utilisation the GPUs are mostly idle: a share of "busy" time means nothing

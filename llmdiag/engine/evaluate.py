@@ -49,7 +49,7 @@ ROOT_CAUSE_ORDER = {Category.memory: 3, Category.network: 2, Category.compute: 1
 # the skipped rules' own reasons are given instead (e.g. a profiling field switched off in dcgm-exporter)
 # a class whose findings are the expected symptom of another class's root cause: a step stretched by inter-GPU
 # collectives is a slow step, so CMP001 beside NET001 confirms the link rather than competing with it; and an engine
-# stalled on a spinning collective (SCH003 beside NET005), or queueing behind link-bound steps, is the link's symptom
+# queueing behind link-bound steps is the link's symptom (a spinning collective, NET005, is a stall: see ``stall``)
 SYMPTOM_OF = {Category.compute: Category.network, Category.scheduling: Category.network}
 # (built when used: they name options, llmdiag.errors.option)
 NOT_EVALUATED_REASON: dict[Category, Callable[[], str]] = {
@@ -59,6 +59,12 @@ NOT_EVALUATED_REASON: dict[Category, Callable[[], str]] = {
     ),
 }
 TELEMETRY_PROBES = {Category.network: frozenset({"dcgm", "nvml"})}
+# beside a stall, no capacity class is the cause: each stays below this (a hang is a bug, not a limit)
+STALL_CAPACITY_CAP = 0.45
+# a class that fired but lost to the verdict's class: at most this share of the confidence it would have had
+RIVAL_SHARE = 0.5
+# one moment (no rates, no trend) never supports a high confidence
+SNAPSHOT_CONFIDENCE_CAP = 0.6
 
 
 def _lookup(signals: SignalSet, ref: SignalRef) -> tuple[float | None, str]:
@@ -167,6 +173,7 @@ def evaluate_rule(
         engine_fixes=engine_fixes(rule),
         margin=min(margin, 1e6),
         advisory=rule.advisory,
+        stall=rule.stall,
     )
     return RuleOutcome(code=rule.code, status="fired", reason=finding.summary), finding
 
@@ -258,8 +265,15 @@ def _confidence(
             and f.severity is primary.severity
         ]
         rivals = [f for f in others if SYMPTOM_OF.get(f.category) is not primary.category]
+        if primary.stall:  # a stuck engine makes every capacity symptom at once: none competes with the stall
+            others = [f for f in findings if f.category in BOTTLENECK_CATEGORIES and not f.stall and not f.advisory]
+            rivals = []
         for symptom in (f for f in others if f not in rivals):
-            notes.append(f"{symptom.code} ({symptom.category.value}) at the same severity is a symptom of the primary")
+            notes.append(
+                f"{symptom.code} ({symptom.category.value}) beside a stall: a symptom of the hang, not a limit"
+                if primary.stall
+                else f"{symptom.code} ({symptom.category.value}) at the same severity is a symptom of the primary"
+            )
         if len(same) > 1:
             score += 0.05
         if rivals:
@@ -274,13 +288,46 @@ def _confidence(
     if signals.window.kind == "lifetime":
         score -= 0.2
         notes.append("judged from lifetime averages of one dump, not a live window")
+    elif signals.window.kind == "snapshot":
+        score = min(score, SNAPSHOT_CONFIDENCE_CAP)
+        notes.append("judged from one snapshot: gauges at one moment, no rates and no trend")
     elif signals.window.scrapes < 5:
         score -= 0.1
         notes.append(f"only {signals.window.scrapes} scrapes in the window")
     return max(0.05, min(0.99, score)), notes
 
 
+def _class_confidence(bottleneck: Bottleneck, confidence: float, findings: list[Finding]) -> dict[str, float]:
+    """How far each class that fired can be trusted as the cause: the verdict's class at the verdict's confidence,
+    a rival at most half of what it would have had as the verdict, every capacity class below 0.5 beside a stall."""
+    out: dict[str, float] = {}
+    if bottleneck is Bottleneck.stalled:
+        out[Bottleneck.stalled.value] = round(confidence, 2)
+    for finding in findings:
+        name = finding.category.value
+        if finding.category not in BOTTLENECK_CATEGORIES or finding.advisory or finding.stall or name in out:
+            continue
+        if name == bottleneck.value:
+            out[name] = round(confidence, 2)
+            continue
+        alone = 0.85 if finding.severity is Severity.critical else 0.65
+        score = min(alone, confidence) * RIVAL_SHARE
+        if bottleneck is Bottleneck.stalled:
+            score = min(score, STALL_CAPACITY_CAP)
+        out[name] = round(score, 2)
+    return out
+
+
 def _summary(bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet, missing: list[str]) -> str:
+    text = _class_summary(bottleneck, primary, signals, missing)
+    if signals.window.kind == "snapshot":
+        text += " (judged from one snapshot: gauges at one moment, no rates)"
+    return text
+
+
+def _class_summary(bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet, missing: list[str]) -> str:
+    if primary is not None and bottleneck is Bottleneck.stalled:
+        return f"Stalled: {primary.summary}"
     if primary is not None:
         return f"{bottleneck.value.capitalize()}-bound: {primary.summary}"
     if bottleneck is Bottleneck.idle:
@@ -411,14 +458,17 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
         if finding is not None:
             findings.append(finding)
     _stand_ins(rules, outcomes, findings)
-    # what limits the server first, then advisories and sanity notes
+    # a stall first (nothing else explains a stuck engine), then what limits the server, then advisories and sanity
     findings.sort(
-        key=lambda f: (not f.advisory, f.severity.rank, ROOT_CAUSE_ORDER.get(f.category, -1), f.margin), reverse=True
+        key=lambda f: (f.stall, not f.advisory, f.severity.rank, ROOT_CAUSE_ORDER.get(f.category, -1), f.margin),
+        reverse=True,
     )
     classed = [f for f in findings if f.category in BOTTLENECK_CATEGORIES and not f.advisory]
     primary = classed[0] if classed else None
     missing, stand_in_notes = _missing_core(signals)
-    if primary is not None:
+    if primary is not None and primary.stall:
+        bottleneck = Bottleneck.stalled
+    elif primary is not None:
         bottleneck = Bottleneck(primary.category.value)
     else:
         idle = _is_idle(signals)
@@ -444,4 +494,5 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
         experience=_experience(signals),
         signals=signals.signals,
         notes=notes + signals.anomalies,
+        class_confidence=_class_confidence(bottleneck, round(confidence, 2), findings),
     )

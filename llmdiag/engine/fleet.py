@@ -63,7 +63,8 @@ FLEET_SIGNALS: dict[str, tuple[str, str]] = {
     "replica_ttft_p90_max_seconds": ("seconds", "TTFT p90 (seconds)"),
     "replica_ttft_p90_max_over_peers_ratio": ("ratio", "TTFT p90 (seconds)"),
 }
-BAD_CLASSES = (Bottleneck.memory, Bottleneck.compute, Bottleneck.scheduling, Bottleneck.network)
+# a replica in trouble: a bottleneck class, or stalled (a hang is worse than any limit)
+BAD_CLASSES = (Bottleneck.memory, Bottleneck.compute, Bottleneck.scheduling, Bottleneck.network, Bottleneck.stalled)
 GOOD_CLASSES = (Bottleneck.healthy, Bottleneck.idle)
 
 
@@ -87,7 +88,12 @@ def replica_numbers(verdict: Verdict) -> ReplicaNumbers:
 
 
 def target_from_verdict(name: str, url: str, verdict: Verdict, keep_verdict: bool = True) -> FleetTarget:
-    classed = [f for f in verdict.findings if f.category.value == verdict.bottleneck.value and not f.advisory]
+    classed = [
+        f
+        for f in verdict.findings
+        if (f.stall if verdict.bottleneck is Bottleneck.stalled else f.category.value == verdict.bottleneck.value)
+        and not f.advisory
+    ]
     worst = verdict.worst_severity()
     waiting = verdict.signals.get("requests_waiting")
     return FleetTarget(

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from llmdiag.errors import InputFileError
 from llmdiag.model.fleet import FleetReport
 from llmdiag.model.load import LoadReport
-from llmdiag.model.report import SCHEMA_VERSION
+from llmdiag.model.report import READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION
 from llmdiag.model.verdict import Verdict
 
 RESULT_HINT = "give a file written by `llmdiag scan --json`, `llmdiag demo -o FILE` or `llmdiag load -o FILE`"
@@ -44,9 +44,12 @@ def load_result(path: Path) -> Verdict | LoadReport | FleetReport:
     if not isinstance(data, dict):
         raise InputFileError(f"{path} holds JSON, but not an llmdiag result (no object at the top)", RESULT_HINT)
     version = data.get("schema_version")
-    if version is not None and str(version) != SCHEMA_VERSION:
+    # "1" files still load: schema "2" only added a class, a window kind and fields with defaults
+    if version is not None and str(version) not in READABLE_SCHEMA_VERSIONS:
         raise InputFileError(
-            f"{path} has schema_version {version!r}; this llmdiag reads {SCHEMA_VERSION!r}",
+            f"{path} has schema_version {version!r}; this llmdiag reads "
+            + " and ".join(repr(v) for v in READABLE_SCHEMA_VERSIONS)
+            + f" (writes {SCHEMA_VERSION!r})",
             "regenerate the result with this llmdiag version",
         )
     if data.get("kind") == "fleet":

@@ -12,7 +12,10 @@ from pydantic import BaseModel
 
 from llmdiag._version import __version__
 
-SCHEMA_VERSION = "1"
+# "2": the verdict class "stalled", Finding.stall, Verdict.class_confidence and the window kind "snapshot"
+SCHEMA_VERSION = "2"
+# versions this llmdiag still reads back: a "1" file is a "2" file without the additions (llmdiag.model.io)
+READABLE_SCHEMA_VERSIONS = ("1", "2")
 
 
 class Versioned(BaseModel):

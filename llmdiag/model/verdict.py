@@ -19,6 +19,8 @@ class Bottleneck(str, Enum):
     healthy = "healthy"
     idle = "idle"
     unknown = "unknown"
+    # no progress while requests run or wait: a hang, never a capacity class (schema_version "2")
+    stalled = "stalled"
 
 
 class Category(str, Enum):
@@ -74,6 +76,9 @@ class Finding(BaseModel):
     margin: float = 0.0
     # shown, but never the verdict's class (rules with ``advisory = true``)
     advisory: bool = False
+    # the engine made no progress while requests ran or waited (rules with ``stall = true``): heads the findings and
+    # makes the verdict ``stalled``
+    stall: bool = False
 
 
 class RuleOutcome(BaseModel):
@@ -144,6 +149,14 @@ class Verdict(Report):
     roofline: Roofline | None = None
     signals: dict[str, Signal] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
+    # how far each bottleneck class that fired can be trusted as the cause: the verdict's own class has the verdict's
+    # confidence; beside a stall every capacity class stays below 0.5 (a hang is not a capacity limit)
+    class_confidence: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def snapshot(self) -> bool:
+        """Judged from one moment (gauges only, no rates)."""
+        return self.window.kind == "snapshot"
 
     def worst_severity(self) -> Severity | None:
         ranks = [f.severity for f in self.findings]
@@ -173,6 +186,8 @@ def worst(states: list[State]) -> State:
 
 
 def state_of(verdict: Verdict) -> State:
+    if verdict.bottleneck is Bottleneck.stalled:  # a hung engine serves nobody, whatever its findings' severity
+        return State.CRITICAL
     counted = [Severity.warning if f.category is Category.sanity else f.severity for f in verdict.findings]
     if Severity.critical in counted:
         return State.CRITICAL

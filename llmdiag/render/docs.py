@@ -32,6 +32,11 @@ def render_rule_markdown(rule: RuleSpec) -> str:
         f"**{rule.title}** · class `{rule.category.value}` · status `{rule.status}`"
         + (" · advisory (shown, never the verdict's class)" if rule.advisory else "")
         + (
+            " · stall (heads the findings and makes the verdict `stalled`; no capacity class beside it reaches 0.5)"
+            if rule.stall
+            else ""
+        )
+        + (
             " · fleet rule (judged across replicas by a multi-target scan, never in one server's verdict)"
             if rule.scope == "fleet"
             else ""

@@ -101,6 +101,7 @@ CLASS_LETTER = {
     Bottleneck.healthy: "h",
     Bottleneck.idle: "i",
     Bottleneck.unknown: "?",
+    Bottleneck.stalled: "X",
 }
 MAX_STRIP_COLUMNS = 72
 

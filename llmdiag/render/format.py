@@ -29,6 +29,24 @@ SCALED_UNITS: dict[str, list[tuple[float, str]]] = {
 }
 UNIT_SYMBOLS = {"celsius": "°C", "watts": "W"}
 
+# the verdict classes that name what limits the server ("MEMORY-BOUND"); the others are states (stalled, idle …)
+CAPACITY_CLASSES = ("memory", "compute", "scheduling", "network")
+
+
+def confidence_words(label: str, window_kind: str) -> str:
+    """The confidence label as shown: "medium", or "low, snapshot" for a verdict judged from one moment."""
+    return f"{label}, snapshot" if window_kind == "snapshot" else label
+
+
+def window_words(kind: str) -> str | None:
+    """What the verdict was judged over, in words; None for a window (the caller says its length)."""
+    if kind == "lifetime":
+        return "lifetime averages (one dump)"
+    if kind == "snapshot":
+        return "one snapshot (gauges at one moment, no rates)"
+    return None
+
+
 # what sets a decode step's time in the physics model (model.capacity.StepBound), in words
 BOUND_WORDS = {
     "compute": "math (peak FLOP/s)",

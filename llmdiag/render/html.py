@@ -383,6 +383,7 @@ CLASS_COLORS = {
     Bottleneck.healthy: "#2e7d32",
     Bottleneck.idle: "#1565c0",
     Bottleneck.unknown: "#616161",
+    Bottleneck.stalled: "#4a0000",
 }
 
 

@@ -10,7 +10,7 @@ import re
 
 from llmdiag.engine.fixes import fix_view, verdict_engine
 from llmdiag.model import LoadReport, Verdict
-from llmdiag.render.format import UNAVAILABLE, format_value
+from llmdiag.render.format import CAPACITY_CLASSES, UNAVAILABLE, confidence_words, format_value, window_words
 
 # what could start markup, a tag, a link or a table cell; '_' only where it is not inside a word (snake_case
 # names stay readable: GitHub never reads an underscore between two word characters as emphasis)
@@ -30,10 +30,10 @@ def code(text: object) -> str:
 
 
 def _headline(verdict: Verdict) -> list[str]:
-    bound = "-bound" if verdict.bottleneck.value in ("memory", "compute", "scheduling", "network") else ""
+    bound = "-bound" if verdict.bottleneck.value in CAPACITY_CLASSES else ""
     return [
         f"**llmdiag: {verdict.bottleneck.value.upper()}{bound.upper()}** · confidence {verdict.confidence:.2f} "
-        f"({verdict.confidence_label})",
+        f"({confidence_words(verdict.confidence_label, verdict.window.kind)})",
         "",
         f"> {md(verdict.summary)}",
         "",
@@ -43,8 +43,8 @@ def _headline(verdict: Verdict) -> list[str]:
 
 def _window(verdict: Verdict) -> str:
     window = verdict.window
-    if window.kind == "lifetime":
-        return "lifetime averages (one dump)"
+    if (words := window_words(window.kind)) is not None:
+        return words
     if window.duration_seconds is None:
         return f"window {UNAVAILABLE}"
     return f"window {window.duration_seconds:.0f} s, {window.scrapes} scrapes"

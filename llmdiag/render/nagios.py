@@ -15,6 +15,7 @@ import re
 
 from llmdiag.config import Settings
 from llmdiag.model import CheckReport, State, TargetResult, Verdict
+from llmdiag.render.format import confidence_words, window_words
 from llmdiag.schema.loader import load_rules
 from llmdiag.schema.rules import RuleSpec
 
@@ -30,6 +31,8 @@ PERFDATA: tuple[PerfItem, ...] = (
     ("ttft_p95_seconds", "ttft_seconds", "p95", "s", 0, None),
     ("tpot_p95_seconds", "tpot_seconds", "p95", "s", 0, None),
     ("itl_p50_seconds", "itl_seconds", "p50", "s", 0, None),
+    # how long the engine has made no progress with requests in it: the stall rules' ladder (SCH003, MEM007, SCH011)
+    ("no_progress_seconds", "no_progress_seconds", "value", "s", 0, None),
 )
 UOM = {"seconds": "s", "bytes": "B", "ratio": ""}
 PLAIN_LABEL = re.compile(r"^[A-Za-z0-9_.:/-]+$")
@@ -126,6 +129,11 @@ def _headline(result: TargetResult) -> str:
     return f"{verdict.bottleneck.value}: {summary}"
 
 
+def _window(verdict: Verdict) -> str:
+    words = window_words(verdict.window.kind)
+    return words if words is not None else f"{verdict.window.duration_seconds or 0:.0f} s window"
+
+
 def _details(result: TargetResult, several: bool) -> list[str]:
     indent = "  " if several else ""
     lines = []
@@ -141,12 +149,12 @@ def _details(result: TargetResult, several: bool) -> list[str]:
     if not several:
         lines.append(
             f"{result.name}: {verdict.bottleneck.value}, confidence {verdict.confidence:.2f} "
-            f"({verdict.confidence_label}), {verdict.window.duration_seconds or 0:.0f} s window"
+            f"({confidence_words(verdict.confidence_label, verdict.window.kind)}), {_window(verdict)}"
         )
     else:
         lines.append(
-            f"{indent}confidence {verdict.confidence:.2f} ({verdict.confidence_label}), "
-            f"{verdict.window.duration_seconds or 0:.0f} s window"
+            f"{indent}confidence {verdict.confidence:.2f} "
+            f"({confidence_words(verdict.confidence_label, verdict.window.kind)}), {_window(verdict)}"
         )
     for finding in verdict.findings:
         lines.append(f"{indent}{finding.severity.value.upper()} {finding.code} {finding.slug}: {finding.summary}")

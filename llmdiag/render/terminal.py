@@ -9,7 +9,7 @@ from rich.text import Text
 
 from llmdiag.engine.fixes import DEFAULT_ENGINE, fix_view, verdict_engine
 from llmdiag.model import Bottleneck, Evidence, Finding, Severity, Verdict
-from llmdiag.render.format import BOUND_WORDS, format_value
+from llmdiag.render.format import BOUND_WORDS, CAPACITY_CLASSES, confidence_words, format_value, window_words
 
 CLASS_STYLE = {
     Bottleneck.memory: "bold white on red",
@@ -19,16 +19,18 @@ CLASS_STYLE = {
     Bottleneck.healthy: "bold white on green",
     Bottleneck.idle: "bold white on blue",
     Bottleneck.unknown: "bold white on grey42",
+    Bottleneck.stalled: "bold white on dark_red",
 }
 SEVERITY_STYLE = {Severity.critical: "bold red", Severity.warning: "bold yellow"}
 
 
 def _headline(verdict: Verdict) -> RenderableType:
-    label = "BOUND" if verdict.bottleneck.value in ("memory", "compute", "scheduling", "network") else ""
+    label = "BOUND" if verdict.bottleneck.value in CAPACITY_CLASSES else ""
     tag = f" {verdict.bottleneck.value.upper()}{'-' + label if label else ''} "
     line = Text()
     line.append(tag, style=CLASS_STYLE[verdict.bottleneck])
-    line.append(f"  confidence {verdict.confidence:.2f} ({verdict.confidence_label})", style="bold")
+    words = confidence_words(verdict.confidence_label, verdict.window.kind)
+    line.append(f"  confidence {verdict.confidence:.2f} ({words})", style="bold")
     return Group(line, Text(verdict.summary))
 
 
@@ -44,8 +46,8 @@ def _context(verdict: Verdict) -> Text:
         if len(probe.engines) > 1:
             bits.append(f"{len(probe.engines)} engines")
     window = verdict.window
-    if window.kind == "lifetime":
-        bits.append("lifetime averages (one dump)")
+    if (words := window_words(window.kind)) is not None:
+        bits.append(words)
     elif window.duration_seconds is not None:
         bits.append(f"window {window.duration_seconds:.0f} s, {window.scrapes} scrapes")
     return Text(" · ".join(b for b in bits if b), style="dim")

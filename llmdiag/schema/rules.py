@@ -111,6 +111,9 @@ class RuleSpec(_Strict):
     # a fault or a risk worth fixing that does not by itself limit the server (a degraded but idle link, an OOM
     # risk): shown with its evidence, never the verdict's class
     advisory: bool = False
+    # the engine made no progress while requests ran or waited: a hang, never a capacity limit. A firing stall rule
+    # heads the findings and makes the verdict "stalled"; every capacity class beside it stays below 0.5 confidence
+    stall: bool = False
     summary: str
     what: str
     why: str
@@ -143,6 +146,12 @@ class RuleSpec(_Strict):
     def _category_matches_code(self) -> RuleSpec:
         if CODE_PREFIX[self.code[:3]] != self.category.value:
             raise ValueError(f"code {self.code} belongs to category '{CODE_PREFIX[self.code[:3]]}'")
+        return self
+
+    @model_validator(mode="after")
+    def _stall_is_a_verdict(self) -> RuleSpec:
+        if self.stall and (self.advisory or self.category.value in ("sanity", "regression")):
+            raise ValueError("a stall rule sets the verdict: it can be neither advisory nor sanity/regression")
         return self
 
     def inputs(self) -> list[SignalRef]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from llmdiag.model.report import SCHEMA_VERSION
 from tests.conftest import CliResult, run_cli
 
 EXAMPLE = (
@@ -61,7 +62,7 @@ def test_the_issue_example_as_json():
     result = run_cli(*EXAMPLE, "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["schema_version"] == "1" and report["kind"] == "capacity"
+    assert report["schema_version"] == SCHEMA_VERSION and report["kind"] == "capacity"
     assert report["limited_by"] == "kv_memory"
     assert {r["resource"] for r in report["resources"]} == {
         "kv_memory",

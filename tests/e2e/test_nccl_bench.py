@@ -22,6 +22,7 @@ from llmdiag.collect.nccl.options import OPS, bench_options, parse_sizes
 from llmdiag.collect.nccl.signals import bench_signals
 from llmdiag.errors import BenchUsageError, UsageError
 from llmdiag.model import BenchLink, CollectiveMeasurement, NcclBenchReport
+from llmdiag.model.report import SCHEMA_VERSION
 from llmdiag.render.nccl import render_nccl_bench
 
 KIB = 1024
@@ -113,7 +114,7 @@ def test_a_slow_link_fires_the_network_rule_and_a_healthy_one_does_not():
 
 def test_the_judged_report_is_versioned_and_keeps_only_the_benchmarks_signals():
     report = judge_nccl_bench(_report(360e9, seconds=0.1))
-    assert report.schema_version == "1" and report.tool_version
+    assert report.schema_version == SCHEMA_VERSION and report.tool_version
     assert set(report.signals) == {
         "collective_bus_bandwidth_bytes_per_second",
         "collective_message_bytes",
@@ -210,7 +211,7 @@ def gloo_run(tmp_path_factory):
 def test_two_gloo_ranks_measure_every_op_and_size(gloo_run):
     result, report = gloo_run
     assert result.returncode == 0, result.stderr
-    assert report["schema_version"] == "1" and report["tool_version"]
+    assert report["schema_version"] == SCHEMA_VERSION and report["tool_version"]
     assert report["world_size"] == 2 and report["backend"] == "gloo" and report["nodes"] == 1
     assert report["failed_ops"] == {}
     sizes = parse_sizes("1K:1M")
@@ -307,7 +308,7 @@ def test_torchrun_runs_the_module_users_run_by_hand():
     proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=240)
     assert proc.returncode == 0, proc.stderr
     report = NcclBenchReport.model_validate_json(proc.stdout)
-    assert report.world_size == 2 and report.schema_version == "1"
+    assert report.world_size == 2 and report.schema_version == SCHEMA_VERSION
     assert {(m.op, m.size_bytes) for m in report.results} == {
         (op, size) for op in ("all_reduce", "all_to_all") for size in (1024, 2048, 4096)
     }

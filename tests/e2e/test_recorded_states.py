@@ -8,6 +8,7 @@ import json
 import pytest
 
 from llmdiag.api import diagnose_files
+from llmdiag.model.report import SCHEMA_VERSION
 from tests.conftest import FIXTURES, run_cli
 from tests.support.httpserver import ReplayResponder, ScriptedServer
 
@@ -115,7 +116,7 @@ def test_live_scan_of_a_replayed_server(state: str, expected: str, code: str):
         result = run_cli("scan", server.url, "--duration", "4", "--json", "--fail-on", "never")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data["schema_version"] == "1"
+    assert data["schema_version"] == SCHEMA_VERSION
     assert data["bottleneck"] == expected
     assert data["findings"][0]["code"] == code
     assert data["window"]["scrapes"] >= 3

@@ -14,7 +14,7 @@ from llmdiag.collect.signals import build_signal_set, drop_blanks, is_blank
 from llmdiag.config import Settings
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.evaluate import build_verdict, evaluate_rule
-from llmdiag.model import Category, Signal, SignalSet
+from llmdiag.model import Category, Signal, SignalSet, Window
 from llmdiag.schema.loader import load_probe, load_rules
 from tests.conftest import FIXTURES
 
@@ -389,24 +389,25 @@ def test_a_supplied_roofline_is_kept_and_an_absent_one_says_how_to_get_it():
     assert signals.get("roofline_fraction_ratio").source.startswith("decode tokens/s")
 
 
-def test_a_spinning_collective_names_network_with_the_stall_as_its_symptom():
-    signals = SignalSet()
+def test_a_spinning_collective_is_a_stall_headed_by_the_nccl_hang():
+    signals = SignalSet(window=Window(duration_seconds=20.0, scrapes=21))
     for name, stats in {
         "gpu_utilization_ratio": {"mean": 1.0},
         "gpu_power_watts": {"mean": 84.0},
         "gpu_power_limit_watts": {"mean": 700.0},
         "sm_active_ratio": {"mean": 0.03},
-        "requests_running": {"min": 4.0, "mean": 4.0, "max": 4.0},
-        "requests_waiting": {"mean": 12.0, "max": 12.0},
+        "requests_running": {"min": 4.0, "mean": 4.0, "max": 4.0, "last": 4.0},
+        "requests_waiting": {"mean": 12.0, "max": 12.0, "min": 12.0, "last": 12.0},
         "generation_tokens_per_second": {"rate": 0.0, "increase": 0.0},
         "prompt_tokens_per_second": {"rate": 0.0, "increase": 0.0},
     }.items():
         signals.add(Signal(name=name, kind="gauge", unit="", stats=stats))
     verdict = build_verdict(signals)
     fired = [(f.code, f.severity.value) for f in verdict.findings if f.category is not Category.sanity]
+    # a hang is never a capacity verdict: the NCCL hang (the cause) heads the findings, the stalled engine follows
     assert fired[:2] == [("NET005", "critical"), ("SCH003", "critical")]
-    assert verdict.bottleneck.value == "network"
-    assert any("SCH003" in n and "symptom" in n for n in verdict.notes)
+    assert verdict.bottleneck.value == "stalled"
+    assert all(c < 0.5 for name, c in verdict.class_confidence.items() if name != "stalled")
     assert not any("fired at the same severity" in n for n in verdict.notes)
 
 

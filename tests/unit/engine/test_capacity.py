@@ -12,6 +12,7 @@ from rich.console import Console
 from llmdiag.engine.capacity import CapacityQuestion, plan_capacity, roofline_decode_tokens_per_second, sustained_load
 from llmdiag.errors import UsageError
 from llmdiag.model.capacity import CapacityReport
+from llmdiag.model.report import SCHEMA_VERSION
 from llmdiag.physics.hardware import GPUS, MODELS, find_gpu, find_model
 from llmdiag.physics.step import Deployment, StepLoad
 from llmdiag.render.capacity import render_capacity, render_capacity_json
@@ -188,7 +189,7 @@ def test_context_beyond_the_model_window_is_noted():
 def test_json_round_trips(example: CapacityReport):
     text = render_capacity_json(example)
     assert CapacityReport.model_validate_json(text) == example
-    assert '"schema_version": "1"' in text and '"kind": "capacity"' in text
+    assert f'"schema_version": "{SCHEMA_VERSION}"' in text and '"kind": "capacity"' in text
 
 
 def test_terminal_rendering_shows_every_section(example: CapacityReport):

@@ -112,7 +112,8 @@ def test_perfdata_in_base_units_with_the_rules_thresholds_and_u_for_unmeasured()
     assert items["kv_cache_usage_ratio"] == "0.98;;;0;1"  # no rule's ladder is on its max
     assert items["requests_waiting"] == "30.5;1;4;0"
     assert items["preemptions_per_second"] == "1.6;0.005;0.05;0"
-    assert items["generation_tokens_per_second"] == "1234.5;0:;0:;0"  # a 'below' ladder alerts under X
+    assert items["generation_tokens_per_second"] == "1234.5;;;0"
+    assert items["no_progress_seconds"] == "U;5;20;0"  # the stall rules' ladder, even where it was not measured
     assert items["ttft_p95_seconds"] == "U;;;0"  # unavailable is U, never 0
     assert items["requests_running"] == "U;;;0"  # not in the verdict at all: U too
     # each finding's own ladder signal follows the fixed ones; a non-value stat is in the label, seconds are 's'
