@@ -375,7 +375,7 @@ def read_logs(paths: list[Path], max_bytes: int, spec: LogSpec, servers: set[str
     marks: set[tuple] = set()
     for record in records:
         mark = (record.at, record.series, record.fmt, tuple(sorted(record.values.items())))
-        if record.server == "sglang" and record.at is not None and mark in marks:
+        if record.fmt == "sglang-retract" and record.at is not None and mark in marks:
             continue
         marks.add(mark)
         unique.append(record)

@@ -465,7 +465,7 @@ def collect_logs(
     if not timed or snapshot:
         _without_interval(signal_set, built, snapshot)
     _describe(signal_set, name, where, records, interval)
-    _itl_source(signal_set, name, built.itl, timed)
+    _itl_source(signal_set, name, built.itl, timed, any(r.itl_estimate for r in records))
     _window_note(signal_set, read.untimed, timed, snapshot)
     return signal_set
 
@@ -518,9 +518,10 @@ def _without_interval(signal_set: SignalSet, built: _Built, snapshot: bool) -> N
         signal_set.window.start_unix = signal_set.window.end_unix = None
 
 
-def _itl_source(signal_set: SignalSet, server: str, tally: ItlTally, timed: bool) -> None:
+def _itl_source(signal_set: SignalSet, server: str, tally: ItlTally, timed: bool, estimable: bool) -> None:
+    """Say what the estimate was made of; unavailable, with the reason, when the lines could give one but did not."""
     signal = signal_set.signals.get("itl_seconds")
-    if server == "trtllm" or signal is None or (signal.unavailable and signal.unavailable.startswith("not in")):
+    if server == "trtllm" or signal is None or not estimable:
         return
     left = []
     if tally.first:
@@ -529,10 +530,11 @@ def _itl_source(signal_set: SignalSet, server: str, tally: ItlTally, timed: bool
         left.append(f"{tally.near_zero} line(s) whose throughput gave fewer tokens than running requests")
     if not timed or tally.used < 2:
         why = UNTIMED_NOTE if not timed else f"estimated from {tally.used} stat line(s); at least two are needed"
-        if left:
+        if left and timed:
             why += f" (left out: {'; '.join(left)})"
+        source = f"{SERVER_NAMES[server]} log: {SOURCES[server]['itl_seconds']}"
         signal_set.signals["itl_seconds"] = Signal.missing(
-            "itl_seconds", "gauge", "seconds", f"{why}: the estimate needs each line's interval", signal.source
+            "itl_seconds", "gauge", "seconds", f"{why}: the estimate needs each line's interval", source
         )
         return
     signal.source += f"; from {tally.used} of {tally.lines} stat lines with running requests"
