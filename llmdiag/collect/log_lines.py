@@ -17,7 +17,7 @@ import calendar
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -45,7 +45,7 @@ class Record:
     server: str
     fmt: str
     values: dict[str, float]  # field name → value as printed (before scale)
-    known_zero: set[str] = field(default_factory=set)  # absent_zero fields this line stands for
+    known_zero: tuple[str, ...] = ()  # absent_zero fields this line stands for (a tuple: records are many)
     itl_estimate: bool = False
     iterations: float | None = None  # TRT-LLM: the iteration counter
     order: int = 0  # position in the input (files in the order given): the order of records without a time
@@ -167,7 +167,7 @@ class LineReader:
                 server=line.server,
                 fmt=line.name,
                 values=values,
-                known_zero={f for f in line.absent_zero if f not in values},
+                known_zero=tuple(f for f in line.absent_zero if f not in values),
                 itl_estimate=line.itl_estimate,
                 yearless=yearless,
             )
@@ -249,7 +249,7 @@ def trtllm_record(record: dict, lead: float | None = None) -> Record | None:
         server="trtllm",
         fmt="trtllm-iteration-json",
         values=values,
-        known_zero={"trt_paused"} - set(values),
+        known_zero=() if "trt_paused" in values else ("trt_paused",),
         iterations=float(iteration) if isinstance(iteration, (int, float)) else None,
     )
 

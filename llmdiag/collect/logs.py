@@ -124,6 +124,9 @@ TRT_FIELDS = {
     "trt_paused": LogField(name="trt_paused", signal="preemptions_per_second", kind="count", unit="preemptions/s"),
 }
 STALE_INTERVALS = 3
+# at most this many scrapes (moments) are kept: a long log keeps every k-th moment, so memory stays flat whatever the
+# log's length; counters are running totals, so their increase is exact, and gauges are read at the kept moments
+MAX_MOMENTS = 4000
 
 
 @dataclass
@@ -171,6 +174,8 @@ class _Built:
     seen: dict[str, LogField]
     itl: ItlTally
     printed: dict[str, list[float]]  # signal → the server total of the printed per-second averages, per scrape
+    moments: int = 0  # moments with a stat line; a scrape is kept for every ``stride``-th of them and the last
+    stride: int = 1
 
 
 def _typical_interval(records: list[Record], catalogue: _Catalogue) -> float | None:
@@ -283,11 +288,14 @@ def _scrapes(records: list[Record], interval: float | None, catalogue: _Catalogu
     next stat line; a scrape of their own would weigh the held gauges twice."""
     states: dict[str, _SeriesState] = {}
     counters: dict[str, dict[str, float]] = {}  # signal → series → running total
-    built = _Built(scrapes=[], seen={}, itl=ItlTally(), printed={})
+    built = _Built(scrapes=[], seen={}, itl=ItlTally(), printed={}, stride=max(1, -(-len(records) // MAX_MOMENTS)))
     pending: float | None = None
     has_level = False
 
-    def flush() -> None:
+    def flush(last: bool = False) -> None:
+        built.moments += 1
+        if (built.moments - 1) % built.stride and not last:
+            return
         built.scrapes.append(_scrape(states, counters, pending, interval))
         for signal in {s for st in states.values() for s in st.printed}:
             built.printed.setdefault(signal, []).append(sum(st.printed.get(signal, 0.0) for st in states.values()))
@@ -315,7 +323,7 @@ def _scrapes(records: list[Record], interval: float | None, catalogue: _Catalogu
             state.last_iter = record.iterations
         has_level = has_level or catalogue.level(record)
     if has_level:
-        flush()
+        flush(last=True)
     return built
 
 
@@ -467,6 +475,11 @@ def collect_logs(
     _describe(signal_set, name, where, records, interval)
     _itl_source(signal_set, name, built.itl, timed, any(r.itl_estimate for r in records))
     _window_note(signal_set, read.untimed, timed, snapshot)
+    if built.stride > 1:
+        signal_set.window.note += (
+            f"; gauges read at every {built.stride}th of {built.moments} logged moments ({len(built.scrapes)} kept: "
+            f"a cap of {MAX_MOMENTS} keeps memory flat; counters are exact)"
+        )
     return signal_set
 
 
