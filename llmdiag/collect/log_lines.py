@@ -14,11 +14,15 @@ Files are streamed: a cheap keyword test (each [[line]]'s ``keyword``) skips eve
 from __future__ import annotations
 
 import calendar
+import heapq
 import json
+import math
 import re
+from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 
 from llmdiag.collect.paste import unquote_line
@@ -52,15 +56,7 @@ class Record:
     yearless: bool = False  # its time had no year (vLLM, glog): the year was inferred
 
 
-@dataclass
-class LogRead:
-    records: list[Record]
-    lines: int
-    first_lines: list[str]
-    files: list[str]
-    untimed: int = 0  # records whose line carried no time
-
-
+@lru_cache(maxsize=8192)  # stat lines repeat their second many times; strptime is the slow part of a line
 def utc(text: str, fmt: str) -> float:
     return calendar.timegm(datetime.strptime(text.replace("T", " "), fmt).timetuple())
 
@@ -82,7 +78,16 @@ class LineReader:
         # the prefixes a kept line may carry (cut points); "iso" is only ever a line's lead
         self.generic = {p.name for p in spec.prefix if p.any_server}
         used = {line.prefix for line, _, _ in self.lines} | self.generic
-        self.cut = [(name, self.prefixes[name][0]) for name in sorted(used) if name != "iso"]
+        by_name = {p.name: p for p in spec.prefix}
+        # each prefix to cut at; looked for only in a line that holds its keyword and one of its own lines' keywords
+        self.cut: list[tuple[str, re.Pattern[str], re.Pattern[str] | None, str, tuple[str, ...]]] = []
+        for name in sorted(used - {"iso"}):
+            prefix = by_name[name]
+            owners = (
+                () if prefix.any_server else tuple(line.keyword for line, _, _ in self.lines if line.prefix == name)
+            )
+            tag = re.compile(prefix.tag) if prefix.tag else None
+            self.cut.append((name, re.compile(prefix.pattern), tag, prefix.keyword or "", owners))
 
     def wanted(self, text: str) -> bool:
         return any(k in text for k in self.keywords)
@@ -123,24 +128,34 @@ class LineReader:
                 found.append(record)
         return found
 
-    def _segments(self, body: str) -> list[tuple[tuple[str, re.Match[str]] | None, str]]:
+    def _segments(self, body: str) -> list[tuple[tuple[str, dict[str, str | None]] | None, str]]:
         """The line cut at every server prefix in it: (prefix, the text up to the next one)."""
-        heads: list[tuple[int, str, re.Match[str]]] = []
-        for name, pattern in self.cut:
-            heads.extend((m.start(), name, m) for m in pattern.finditer(body))
+        heads: list[tuple[int, str, re.Match[str], re.Match[str] | None]] = []
+        for name, pattern, tag, needs, owners in self.cut:
+            if needs not in body or (owners and not any(k in body for k in owners)):
+                continue
+            for m in pattern.finditer(body):
+                before = tag.search(body, max(0, m.start() - 120), m.start()) if tag else None
+                heads.append((before.start() if before else m.start(), name, m, before))
         if not heads:
             return [(None, body)]
         heads.sort(key=lambda h: h[0])
-        pieces: list[tuple[tuple[str, re.Match[str]] | None, str]] = []
+        pieces: list[tuple[tuple[str, dict[str, str | None]] | None, str]] = []
         if heads[0][0] > 0:  # a tqdm bar or other text before the first prefix
             pieces.append((None, body[: heads[0][0]]))
-        for i, (_, name, m) in enumerate(heads):
+        for i, (_, name, m, before) in enumerate(heads):
             end = heads[i + 1][0] if i + 1 < len(heads) else len(body)
-            pieces.append(((name, m), body[m.end() : max(end, m.end())]))
+            tags = m.groupdict() | (before.groupdict() if before else {})
+            pieces.append(((name, tags), body[m.end() : max(end, m.end())]))
         return pieces
 
     def _match(
-        self, head: tuple[str, re.Match[str]] | None, segment: str, year: int, file_time: float, lead: float | None
+        self,
+        head: tuple[str, dict[str, str | None]] | None,
+        segment: str,
+        year: int,
+        file_time: float,
+        lead: float | None,
     ) -> Record | None:
         if not self.wanted(segment):
             return None
@@ -150,7 +165,7 @@ class LineReader:
             hit = pattern.search(segment)
             if hit is None:
                 continue
-            at = self._time(head[0], head[1].group("time"), year, file_time, lead) if head else lead
+            at = self._time(head[0], head[1]["time"] or "", year, file_time, lead) if head else lead
             groups = {k: v for k, v in hit.groupdict().items() if v is not None}
             for extra in optional:  # anywhere in the record: SGLang prints token usage before its core numbers
                 more = extra.search(segment)
@@ -159,7 +174,7 @@ class LineReader:
             values = {
                 k: BOOLEAN[v] if v in BOOLEAN else float(v) for k, v in groups.items() if k not in ("engine", "mode")
             }
-            tags = head[1].groupdict() if head is not None else {}
+            tags = head[1] if head is not None else {}
             yearless = head is not None and lead is None and "%Y" not in self.prefixes[head[0]][1]
             return Record(
                 at=at,
@@ -345,63 +360,127 @@ def iter_file(path: Path, reader: LineReader, counts: dict[str, int], first: lis
         yield from block.records()
 
 
-def read_logs(paths: list[Path], max_bytes: int, spec: LogSpec, servers: set[str] | None = None) -> LogRead:
-    """Every record of the files: timed ones in time order (a file's own order within one second), untimed ones
-    in the order given; when some records have a time, the untimed ones cannot be placed and are left out."""
-    reader = LineReader(spec, servers)
-    records: list[Record] = []
-    first: list[str] = []
+@dataclass
+class LogScan:
+    """What a first pass over the files saw, holding no record: enough to resolve the window (its first and last
+    times), the logger's own interval (the gaps between a series' rate lines), the servers, and whether each file
+    is in time order. The second pass (``iter_records``) streams the records again, in time order."""
+
+    files: list[Path]
+    lines: int = 0
+    first_lines: list[str] = field(default_factory=list)
+    servers: set[str] = field(default_factory=set)
+    timed: int = 0
+    untimed: int = 0
+    gaps: array = field(default_factory=lambda: array("d"))  # seconds between a series' rate lines (one file)
+    unsorted: set[int] = field(default_factory=set)  # files whose records are not in time order: sorted in memory
+    reference: float | None = None  # the latest dated time (not yearless): the year of the yearless ones
+    _dated: list[float] = field(default_factory=lambda: [math.inf, -math.inf])
+    _yearless: list[float] = field(default_factory=lambda: [math.inf, -math.inf])
+
+    def rebase(self, at: float) -> float:
+        """A yearless time in the year of the log's dated lines (when it has any)."""
+        if self.reference is None:
+            return at
+        reference = datetime.fromtimestamp(self.reference, tz=timezone.utc)
+        moved = _with_year(datetime.fromtimestamp(at, tz=timezone.utc), reference.year)
+        if moved > self.reference + 86400:  # a December line before a January reference
+            moved = _with_year(datetime.fromtimestamp(at, tz=timezone.utc), reference.year - 1)
+        return moved
+
+    def bounds(self) -> tuple[float, float]:
+        """The first and the last record's time (yearless ones rebased)."""
+        low, high = self._dated
+        if self._yearless[0] <= self._yearless[1]:
+            low, high = min(low, self.rebase(self._yearless[0])), max(high, self.rebase(self._yearless[1]))
+        return low, high
+
+
+def _open_records(path: Path, max_bytes: int, reader: LineReader, counts: dict[str, int], first: list[str]):
+    try:
+        _check(path, max_bytes)
+        yield from iter_file(path, reader, counts, first)
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: no such file") from None
+    except PermissionError:
+        raise InputFileError(f"{path}: permission denied") from None
+
+
+def scan_logs(paths: list[Path], max_bytes: int, reader: LineReader, rate_fields: set[str]) -> LogScan:
+    """The first pass: counts, servers, time bounds, file order, the gaps between each series' rate lines."""
+    scan = LogScan(files=list(paths))
     counts = {"lines": 0}
-    order = 0
-    for path in paths:
-        try:
-            _check(path, max_bytes)
-            for record in iter_file(path, reader, counts, first):
+    untimed_servers: set[str] = set()
+    for index, path in enumerate(paths):
+        last_at = -math.inf
+        last_rate: dict[tuple[str, str], float] = {}
+        for record in _open_records(path, max_bytes, reader, counts, scan.first_lines):
+            if record.at is None:
+                scan.untimed += 1
+                untimed_servers.add(record.server)
+                continue
+            scan.timed += 1
+            scan.servers.add(record.server)
+            span = scan._yearless if record.yearless else scan._dated
+            span[0], span[1] = min(span[0], record.at), max(span[1], record.at)
+            if record.at < last_at:
+                scan.unsorted.add(index)
+            last_at = max(last_at, record.at)
+            if not rate_fields.isdisjoint(record.values):
+                key = (record.series, record.fmt)
+                before = last_rate.get(key)
+                if before is not None and record.at > before:
+                    scan.gaps.append(record.at - before)
+                last_rate[key] = record.at
+    scan.lines = counts["lines"]
+    if not scan.timed:  # only then are the untimed records read
+        scan.servers = untimed_servers
+    else:
+        scan.reference = scan._dated[1] if scan._dated[0] <= scan._dated[1] else None
+    return scan
+
+
+def iter_records(scan: LogScan, reader: LineReader, max_bytes: int) -> Iterator[Record]:
+    """The second pass: timed records in time order (a file's own order within one moment; files merged as they
+    stream, a file out of order sorted in memory), yearless times rebased; untimed ones in the order given when no
+    record has a time (when some have, the untimed ones cannot be placed and are left out)."""
+    if not scan.timed:
+        order = 0
+        for path in scan.files:
+            for record in _open_records(path, max_bytes, reader, {"lines": 0}, []):
                 record.order = order
                 order += 1
-                records.append(record)
-        except FileNotFoundError:
-            raise InputFileError(f"{path}: no such file") from None
-        except PermissionError:
-            raise InputFileError(f"{path}: permission denied") from None
-    timed = [r for r in records if r.at is not None]
-    untimed = len(records) - len(timed)
-    _rebase_years(timed)
-    if timed:
-        timed.sort(key=lambda r: (r.at, r.order))
-        records = timed
-    # SGLang prints a retraction on every TP rank of the scheduler: one event, many identical lines
-    unique: list[Record] = []
-    marks: set[tuple] = set()
-    for record in records:
-        mark = (record.at, record.series, record.fmt, tuple(sorted(record.values.items())))
-        if record.fmt == "sglang-retract" and record.at is not None and mark in marks:
-            continue
-        marks.add(mark)
-        unique.append(record)
-    return LogRead(
-        records=unique,
-        lines=counts["lines"],
-        first_lines=first,
-        files=[str(p) for p in paths],
-        untimed=untimed if timed else 0,
-    )
-
-
-def _rebase_years(records: list[Record]) -> None:
-    """Yearless times (vLLM's, glog's) take the year of the log's dated lines (SGLang's, an ISO lead) when it has
-    any: the Mooncake lines of an SGLang log belong to the SGLang lines' year, not to the file's mtime year."""
-    dated = [r.at for r in records if not r.yearless and r.at is not None]
-    if not dated:
+                yield record
         return
-    reference = datetime.fromtimestamp(max(dated), tz=timezone.utc)
-    for record in records:
-        if record.yearless and record.at is not None:
-            at = datetime.fromtimestamp(record.at, tz=timezone.utc)
-            moved = _with_year(at, reference.year)
-            if moved > reference.timestamp() + 86400:  # a December line before a January reference
-                moved = _with_year(at, reference.year - 1)
-            record.at = moved
+    streams = [_timed(scan, index, path, reader, max_bytes) for index, path in enumerate(scan.files)]
+    # SGLang prints a retraction on every TP rank of the scheduler: one event, many identical lines
+    moment: float | None = None
+    marks: set[tuple] = set()
+    for record in heapq.merge(*streams, key=lambda r: (r.at, r.order)):
+        if record.at != moment:
+            moment, marks = record.at, set()
+        if record.fmt == "sglang-retract":
+            mark = (record.series, tuple(sorted(record.values.items())))
+            if mark in marks:
+                continue
+            marks.add(mark)
+        yield record
+
+
+def _timed(scan: LogScan, index: int, path: Path, reader: LineReader, max_bytes: int) -> Iterator[Record]:
+    def records() -> Iterator[Record]:
+        for seq, record in enumerate(_open_records(path, max_bytes, reader, {"lines": 0}, [])):
+            if record.at is None:
+                continue
+            if record.yearless:
+                record.at = scan.rebase(record.at)
+            record.order = (index << 40) + seq
+            yield record
+
+    if index in scan.unsorted:
+        yield from sorted(records(), key=lambda r: (r.at, r.order))
+    else:
+        yield from records()
 
 
 def _with_year(at: datetime, year: int) -> float:

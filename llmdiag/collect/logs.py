@@ -29,12 +29,22 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from llmdiag.collect.exposition import Scrape
-from llmdiag.collect.log_lines import LogRead, Record, holds_record, read_logs, trtllm_record, utc
+from llmdiag.collect.log_lines import (
+    LineReader,
+    LogScan,
+    Record,
+    holds_record,
+    iter_records,
+    scan_logs,
+    trtllm_record,
+    utc,
+)
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.errors import InputFileError, UsageError, option
 from llmdiag.model import Signal, SignalSet
@@ -42,7 +52,7 @@ from llmdiag.schema.loader import load_probe
 from llmdiag.schema.logs import LogField, LogSpec, load_log_spec
 from llmdiag.schema.probes import ProbeSpec, SignalSpec
 
-__all__ = ["collect_logs", "looks_like_log", "parse_when", "trtllm_record", "window_records"]
+__all__ = ["collect_logs", "looks_like_log", "parse_when", "trtllm_record", "window_bounds"]
 
 LOG_HINT = (
     "give the server's own log: vLLM stat-logger lines ('Avg prompt throughput: …'), SGLang 'Decode batch' / "
@@ -86,11 +96,8 @@ def parse_when(text: str, last: float, what: str) -> float:
     )
 
 
-def window_records(records: list[Record], since: str | None, until: str | None) -> list[Record]:
-    """The timed records between ``since`` and ``until``."""
-    if not records or (since is None and until is None):
-        return records
-    first, last = records[0].at or 0.0, records[-1].at or 0.0
+def window_bounds(first: float, last: float, since: str | None, until: str | None) -> tuple[float, float]:
+    """The times between which records are kept: ``since`` and ``until`` resolved against the log's last line."""
     low = parse_when(since, last, option("since")) if since else -math.inf
     high = parse_when(until, last, option("until")) if until else math.inf
     if low >= high:
@@ -98,13 +105,7 @@ def window_records(records: list[Record], since: str | None, until: str | None) 
         raise UsageError(
             f"{since_option} is not before {until_option}", f"give {since_option} an earlier time than {until_option}"
         )
-    kept = [r for r in records if r.at is not None and low <= r.at <= high]
-    if not kept:
-        span = f"{_iso(first)} … {_iso(last)}"
-        raise InputFileError(
-            f"no stat lines between {option('since')} and {option('until')} (the log covers {span})", LOG_HINT
-        )
-    return kept
+    return low, high
 
 
 def _iso(at: float) -> str:
@@ -138,6 +139,10 @@ class _Catalogue:
     def of(cls, spec: LogSpec) -> _Catalogue:
         fields = {f.name: f for f in spec.field} | TRT_FIELDS
         return cls(fields=fields, interval_counts={line.name for line in spec.line if line.interval_counts})
+
+    @property
+    def rate_names(self) -> set[str]:
+        return {name for name, f in self.fields.items() if f.kind == "rate"}
 
     def level(self, record: Record) -> bool:
         """Whether a record holds a level or a per-second average (a stat line), not only events."""
@@ -176,15 +181,14 @@ class _Built:
     printed: dict[str, list[float]]  # signal → the server total of the printed per-second averages, per scrape
     moments: int = 0  # moments with a stat line; a scrape is kept for every ``stride``-th of them and the last
     stride: int = 1
-
-
-def _typical_interval(records: list[Record], catalogue: _Catalogue) -> float | None:
-    by_series: dict[str, list[float]] = {}
-    for r in records:
-        if r.at is not None and any((f := catalogue.fields.get(n)) and f.kind == "rate" for n in r.values):
-            by_series.setdefault(r.series, []).append(r.at)
-    gaps = [b - a for times in by_series.values() for a, b in zip(times, times[1:], strict=False) if b > a]
-    return statistics.median(gaps) if gaps else None
+    # what the streamed records were, for the report (no record is kept)
+    count: int = 0
+    formats: set[str] = field(default_factory=set)
+    series: set[str] = field(default_factory=set)
+    first_at: float | None = None
+    last_at: float | None = None
+    estimable: bool = False  # some line could give an inter-token latency estimate
+    first_format: str = ""
 
 
 def _accumulate(record: Record, state: _SeriesState, counters: dict, built: _Built, ctx: tuple) -> None:
@@ -263,6 +267,16 @@ def _estimate_itl(record: Record, state: _SeriesState, covered: float | None, ta
         tally.mixed += mixed
 
 
+def _tally(built: _Built, record: Record) -> None:
+    if not built.count:
+        built.first_at, built.first_format = record.at, record.fmt
+    built.count += 1
+    built.last_at = record.at
+    built.formats.add(record.fmt)
+    built.series.add(record.series)
+    built.estimable = built.estimable or record.itl_estimate
+
+
 def _scrape(states: dict[str, _SeriesState], counters: dict, moment: float | None, interval: float | None) -> Scrape:
     series: dict[str, dict] = {}
     for key, st in states.items():
@@ -282,13 +296,13 @@ def _scrape(states: dict[str, _SeriesState], counters: dict, moment: float | Non
     return Scrape(at_unix=moment, series=series)
 
 
-def _scrapes(records: list[Record], interval: float | None, catalogue: _Catalogue) -> _Built:
+def _scrapes(records: Iterable[Record], interval: float | None, catalogue: _Catalogue, stride: int) -> _Built:
     """One synthetic scrape per moment with a stat line (per line when there are no times): every series' held
     gauges and running counters. Event lines (a preemption warning, a retraction) add to the counters read at the
     next stat line; a scrape of their own would weigh the held gauges twice."""
     states: dict[str, _SeriesState] = {}
     counters: dict[str, dict[str, float]] = {}  # signal → series → running total
-    built = _Built(scrapes=[], seen={}, itl=ItlTally(), printed={}, stride=max(1, -(-len(records) // MAX_MOMENTS)))
+    built = _Built(scrapes=[], seen={}, itl=ItlTally(), printed={}, stride=stride)
     pending: float | None = None
     has_level = False
 
@@ -304,6 +318,7 @@ def _scrapes(records: list[Record], interval: float | None, catalogue: _Catalogu
         if has_level and (record.at is None or record.at != pending):
             flush()
             has_level = False
+        _tally(built, record)
         pending = record.at
         state = states.setdefault(record.series, _SeriesState())
         previous = state.last_by_format.get(record.fmt)
@@ -449,32 +464,43 @@ def collect_logs(
     if not paths:
         raise UsageError("no log files given", "llmdiag analyze server.log [more.log …]")
     spec = load_log_spec()
-    read = read_logs(paths, max_bytes, spec, _servers(server))
-    where = ", ".join(read.files)
-    name = _one_server(read.records, where, read, server)
-    records = read.records
-    timed = records[0].at is not None
+    catalogue = _Catalogue.of(spec)
+    reader = LineReader(spec, _servers(server))
+    scan = scan_logs(paths, max_bytes, reader, catalogue.rate_names)
+    where = ", ".join(str(p) for p in paths)
+    name = _one_server(scan, where, server)
+    timed = scan.timed > 0
+    low, high = -math.inf, math.inf
     if timed:
-        records = window_records(records, since, until)
+        first, last = scan.bounds()
+        low, high = window_bounds(first, last, since, until)
     elif since is not None or until is not None:
         raise UsageError(
             f"{option('since')}/{option('until')} need times, and {where} has none ({UNTIMED_NOTE})",
             f"leave {option('since')}/{option('until')} out, or give the log with its timestamps",
         )
-    catalogue = _Catalogue.of(spec)
-    interval = _typical_interval(records, catalogue) if timed else None
-    built = _scrapes(records, interval, catalogue)
+    interval = statistics.median(scan.gaps) if scan.gaps else None
+    stride = max(1, -(-(scan.timed or scan.untimed) // MAX_MOMENTS))
+    records = iter_records(scan, reader, max_bytes)
+    if timed and (since is not None or until is not None):
+        records = (r for r in records if r.at is not None and low <= r.at <= high)
+    built = _scrapes(records, interval, catalogue, stride)
+    if not built.count:
+        span = f"{_iso(first)} … {_iso(last)}"
+        raise InputFileError(
+            f"no stat lines between {option('since')} and {option('until')} (the log covers {span})", LOG_HINT
+        )
     if not built.scrapes:
-        raise InputFileError(f"{where}: only event lines ({records[0].fmt}), no stat lines to judge", LOG_HINT)
+        raise InputFileError(f"{where}: only event lines ({built.first_format}), no stat lines to judge", LOG_HINT)
     has_itl = any("itl_seconds" in s.series for s in built.scrapes)
     probe = _probe_spec(name, built.seen, has_itl)
     signal_set = build_signal_set(probe, built.scrapes, where)
-    snapshot = timed and records[-1].at == records[0].at
+    snapshot = timed and built.first_at == built.last_at
     if not timed or snapshot:
         _without_interval(signal_set, built, snapshot)
-    _describe(signal_set, name, where, records, interval)
-    _itl_source(signal_set, name, built.itl, timed, any(r.itl_estimate for r in records))
-    _window_note(signal_set, read.untimed, timed, snapshot)
+    _describe(signal_set, name, where, built, interval)
+    _itl_source(signal_set, name, built.itl, timed, built.estimable)
+    _window_note(signal_set, scan.untimed if timed else 0, timed, snapshot)
     if built.stride > 1:
         signal_set.window.note += (
             f"; gauges read at every {built.stride}th of {built.moments} logged moments ({len(built.scrapes)} kept: "
@@ -483,13 +509,13 @@ def collect_logs(
     return signal_set
 
 
-def _one_server(records: list[Record], where: str, read: LogRead, server: object) -> str:
-    servers = sorted({r.server for r in records} - {"any"})
+def _one_server(scan: LogScan, where: str, server: object) -> str:
+    servers = sorted(scan.servers - {"any"})
     if not servers:
-        seen = " | ".join(read.first_lines) or "an empty file"
+        seen = " | ".join(scan.first_lines) or "an empty file"
         only = f"{SERVER_NAMES[str(server).lower()]} " if str(server).lower() in SERVER_NAMES else ""
-        what = "only KV-transfer lines" if records else f"no {only or 'vLLM, SGLang or TensorRT-LLM '}stat lines"
-        raise InputFileError(f"{where}: {what} in {read.lines} line(s); it starts: {seen}", LOG_HINT)
+        what = "only KV-transfer lines" if scan.servers else f"no {only or 'vLLM, SGLang or TensorRT-LLM '}stat lines"
+        raise InputFileError(f"{where}: {what} in {scan.lines} line(s); it starts: {seen}", LOG_HINT)
     if len(servers) > 1:
         raise InputFileError(
             f"{where} mixes logs of {', '.join(SERVER_NAMES[s] for s in servers)}: one server's logs at a time",
@@ -569,7 +595,7 @@ def _window_note(signal_set: SignalSet, untimed: int, timed: bool, snapshot: boo
         window.note += f"; {untimed} stat line(s) without a time left out (they cannot be placed among the others)"
 
 
-def _describe(signal_set: SignalSet, server: str, where: str, records: list[Record], interval: float | None) -> None:
+def _describe(signal_set: SignalSet, server: str, where: str, built: _Built, interval: float | None) -> None:
     label = SERVER_NAMES[server]
     grep = GREP[server].replace("FILE", where)
     sources = SOURCES[server] | KV_SOURCES
@@ -577,11 +603,11 @@ def _describe(signal_set: SignalSet, server: str, where: str, records: list[Reco
         if name in sources:
             signal.source = f"{label} log: {sources[name]}"
             signal.verify = KV_GREP[name].replace("FILE", where) if name in KV_GREP else grep
-    series = sorted({r.series for r in records})
-    untimed = records[0].at is None
+    series = sorted(built.series)
+    untimed = built.first_at is None
     every = f"every {interval:.0f} s" if interval else "at each line" if untimed else "at each stat line"
     signal_set.window.note = (
-        f"from {len(records)} log lines ({', '.join(sorted({r.fmt for r in records}))}): gauges sampled {every} by "
+        f"from {built.count} log lines ({', '.join(sorted(built.formats))}): gauges sampled {every} by "
         f"the server's own logger, {len(series)} series ({', '.join(series)})"
     )
     vocabulary = load_probe(VOCABULARY_PROBE)

@@ -29,6 +29,15 @@ class LogPrefix(_Strict):
     time_format: str
     # a prefix any server's lines may carry (Python logging's own format), not one server's
     any_server: bool = False
+    # looked for only in lines that hold this substring (speed)
+    keyword: str | None = None
+    # a pattern for the text right before the prefix (ending where it begins: "$"), whose groups join the prefix's
+    tag: str | None = None
+
+    @field_validator("tag")
+    @classmethod
+    def _check_tag(cls, tag: str | None) -> str | None:
+        return None if tag is None else compiled_pattern(tag)
 
     _check = field_validator("pattern")(lambda cls, pattern: compiled_pattern(pattern))
 
