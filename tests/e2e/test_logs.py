@@ -219,3 +219,16 @@ def test_cli_since_on_a_dump_is_a_usage_error():
     result = run_cli("analyze", str(dump), "--since", "5m")
     assert result.returncode == 2
     assert "--since/--until apply to server logs" in result.stderr
+
+
+def test_cli_reads_a_pasted_bug_report_as_a_log(tmp_path: Path):
+    """Prose, a fence and '> ' quotes around real SGLang PD prefill lines (sgl-project/sglang#5450, the fixture's
+    first four lines): `llmdiag analyze` tells it is a log and judges the four DP ranks' one moment."""
+    lines = (LOGS / "sglang-pd-prefill-mooncake.log").read_text().splitlines()[:4]
+    report = tmp_path / "report.md"
+    report.write_text("The prefill node is slow, log below.\n\n```\n" + "\n".join(f"> {x}" for x in lines) + "\n```\n")
+    result = run_cli("analyze", str(report), "--json")
+    assert result.returncode in (0, 1), result.stderr
+    verdict = json.loads(result.stdout)
+    assert verdict["window"]["kind"] == "snapshot"
+    assert verdict["signals"]["kv_bootstrap_queue_requests"]["stats"]["last"] == 325 + 374 + 375 + 343

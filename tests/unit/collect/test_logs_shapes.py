@@ -400,3 +400,24 @@ def test_year_of_yearless_lines_follows_the_dated_lines():
     signals = collect_logs([LOGS / "sglang-pd-prefill-mooncake.log"])
     assert signals.window.start_unix == _utc("2025-05-18 08:57:28")
     assert not math.isnan(signals.signals["kv_transfer_throughput_bytes_per_second"].stats["rate"])
+
+
+# a public GitHub doc on a TPU rollout, "Raw Engine Trace Metrics Extract" (find_string id 56828752005): 2 requests
+# running and 0.2 generated tokens/s
+SLOW_LINE = (
+    "INFO 07-22 17:50:31 [loggers.py:271] Engine 000: Avg prompt throughput: 360.2 tokens/s, Avg generation "
+    "throughput: 0.2 tokens/s, Running: 2 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%"
+)
+
+
+@pytest.mark.parametrize(("covered", "estimate"), [(5.0, None), (10.0, 2 / 0.2)])
+def test_itl_estimate_needs_a_token_per_running_request_over_the_interval(covered: float, estimate: float | None):
+    """Over 5 s, 0.2 tokens/s is 1 token for 2 running requests: the batch was not decoding throughout, so the line
+    gives no estimate; over 10 s it is 2 tokens, one each (the interval is the one the line's own times would give)."""
+    from llmdiag.collect.logs import ItlTally, _estimate_itl, _SeriesState
+
+    (record,) = _records(SLOW_LINE)
+    state, tally = _SeriesState(), ItlTally()
+    _estimate_itl(record, state, covered, tally)
+    assert state.gauges.get("itl_seconds") == estimate
+    assert (tally.used, tally.near_zero, tally.mixed) == ((0, 1, 0) if estimate is None else (1, 0, 1))
