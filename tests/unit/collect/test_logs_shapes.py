@@ -421,3 +421,33 @@ def test_itl_estimate_needs_a_token_per_running_request_over_the_interval(covere
     _estimate_itl(record, state, covered, tally)
     assert state.gauges.get("itl_seconds") == estimate
     assert (tally.used, tally.near_zero, tally.mixed) == ((0, 1, 0) if estimate is None else (1, 0, 1))
+
+
+# SGLang decode lines of three vintages: (a) 2024-11, TP tag, no "cuda graph" (an SGLang issue on the triton backend,
+# find_string id 30382546397); (b) 2025-05, no rank tag (a Qwen3 reasoning demo, id 24104456057); (c) 2025-07 with a
+# build's extra trailing field "timestamp: …" (a setup guide, id 4806320034)
+SGLANG_DECODE_VINTAGES = (
+    (
+        "[2024-11-30 05:10:04 TP0] Decode batch. #running-req: 1, #token: 234, token usage: 0.00, gen throughput "
+        "(token/s): 147.64, #queue-req: 0",
+        {"running": 1.0, "kv_ratio": 0.0, "gen_tps": 147.64, "waiting": 0.0},
+    ),
+    (
+        "[2025-05-07 09:50:02] Decode batch. #running-req: 1, #token: 99, token usage: 0.00, gen throughput "
+        "(token/s): 77.55, #queue-req: 0",
+        {"running": 1.0, "kv_ratio": 0.0, "gen_tps": 77.55, "waiting": 0.0},
+    ),
+    (
+        "[2025-07-18 15:32:54 TP0] Decode batch. #running-req: 1, #token: 2266, token usage: 0.00, cuda graph: True, "
+        "gen throughput (token/s): 3.13, #queue-req: 0, timestamp: 2025-07-18T15:32:54.159394",
+        {"running": 1.0, "kv_ratio": 0.0, "gen_tps": 3.13, "waiting": 0.0, "cuda_graph": 1.0},
+    ),
+)
+
+
+@pytest.mark.parametrize(("line", "values"), SGLANG_DECODE_VINTAGES)
+def test_sglang_decode_lines_of_every_vintage(line: str, values: dict[str, float]):
+    (record,) = _records(line)
+    assert record.fmt == "sglang-decode"
+    assert record.values == values
+    assert record.series == "0"
