@@ -95,7 +95,15 @@ def _is_unreadable_page(head: Head) -> bool:
     return attempts > 0 and 2 * attempts >= len(data)
 
 
+def _holds_log_record(head: Head) -> bool:
+    from llmdiag.collect.log_lines import holds_record
+    from llmdiag.schema.logs import load_log_spec
+
+    return holds_record(head.text, load_log_spec(), json=False)
+
+
 def _is_log(head: Head) -> bool:
+    """Anything else that is not a page: read as a log, whose reader then says which stat lines it lacks."""
     from llmdiag.collect.logs import looks_like_log
 
     return looks_like_log(head.path)
@@ -112,9 +120,8 @@ def _read_dumps(paths: list[Path], options: ReadOptions) -> SignalSet:
 def _read_logs(paths: list[Path], options: ReadOptions) -> SignalSet:
     from llmdiag.collect.logs import collect_logs
 
-    extra: dict = {"server": options.server} if options.server is not None else {}
     cap = options.max_bytes or LOG_MAX_BYTES
-    return collect_logs(paths, since=options.since, until=options.until, max_bytes=cap, **extra)
+    return collect_logs(paths, since=options.since, until=options.until, max_bytes=cap, server=options.server)
 
 
 def _read_dcgm(paths: list[Path], options: ReadOptions) -> SignalSet:
@@ -153,9 +160,10 @@ KINDS: tuple[Kind, ...] = (
     Kind("dump", "TensorRT-LLM JSON iteration stats", _is_trtllm_json, _read_dumps, True),
     Kind("dump", "metrics page without a readable sample", _is_unreadable_page, _read_dumps, True),
     Kind("nvidia-smi", "nvidia-smi output", _is_nvidia_smi, _read_nvidia_smi, False),
-    Kind("log", "server log", _is_log, _read_logs, True),
+    Kind("log", "server log", _holds_log_record, _read_logs, True),
     NCCL_LOG,
     Kind("dump", "metrics page of an unrecognised server", _is_any_page, _read_dumps, True),
+    Kind("log", "server log", _is_log, _read_logs, True),
 )
 # kinds read from a file beside the kind that took it: a server log often carries NCCL's own lines, which say
 # what the stat lines cannot (transports, watchdog timeouts)

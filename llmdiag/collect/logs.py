@@ -1,17 +1,24 @@
-"""Server logs as a time series: the stat-logger lines of vLLM (V0 and V1), SGLang's batch lines and TensorRT-LLM's
-iteration-stats JSON records, turned into the same SignalSet a scan builds.
+"""Server logs as a time series: the stat-logger lines of vLLM (V0 and V1), SGLang's batch lines, TensorRT-LLM's
+iteration-stats JSON records and the KV-transfer lines of disaggregated serving (vLLM's NIXL/Mooncake connectors,
+the Mooncake transfer engine), turned into the same SignalSet a scan builds.
 
-The line formats are data (``probes/logs.toml``: a prefix gives the time and the series tags, a line pattern names
-the numbers, a field says what each becomes); only the JSON records are read in code. Each series (a DP engine, a
-process) keeps its last value between its own lines, and at every line of any series a synthetic "scrape" holds all
-of them, so the server total is the sum over engines at each moment and ``by_series`` keeps each engine for the
-imbalance rule. Per-second averages printed by the stat logger become counters (rate x interval since the series'
-previous line, capped at the usual interval so a quiet gap is not read as busy), so rates, charts and rules work
-as they do on /metrics.
+The line formats are data (``probes/logs.toml``), read by ``llmdiag.collect.log_lines``. Each series (a DP engine,
+a process) keeps its last value between its own lines, and at every moment with a stat line a synthetic "scrape"
+holds all of them, so the server total is the sum over engines at each moment and ``by_series`` keeps each engine
+for the imbalance rule. Per-second averages printed by the stat logger become counters (rate x the time since the
+series' previous line, capped at the log's own median interval so a quiet gap is not read as busy), so rates,
+charts and rules work as they do on /metrics. Every interval comes from the lines' own timestamps, never from an
+assumed logging interval.
+
+Lines without any time are ordered as given: gauges are judged over them, the printed per-second averages are read
+as printed, and what needs time (counts per second) is unavailable with the reason. One moment (one stat line, or
+every DP rank in the same second) is a snapshot.
 
 What logs never carry (latency histograms, finished requests) is unavailable with the reason, never zero. The
 inter-token latency is estimated per line as running requests / generation throughput (each running request gets
-one token per step), and says so in its source.
+one token per step), and says so in its source: never from a series' first line (its interval began before the
+log), nor from a line whose throughput gave fewer tokens than running requests over its interval (the batch was not
+decoding throughout), nor from one line alone; intervals that also ran prefill are counted and named.
 
 Times: vLLM prints ``MM-DD hh:mm:ss`` without a year; the year is the file's (its mtime), one less for a line that
 would lie in the future of the file. All naive times, and --since/--until, are read as UTC.
@@ -19,16 +26,25 @@ would lie in the future of the file. All naive times, and --since/--until, are r
 
 from __future__ import annotations
 
-import calendar
-import json
 import math
 import re
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from llmdiag.collect.exposition import Scrape
+from llmdiag.collect.log_lines import (
+    LineReader,
+    LogScan,
+    Record,
+    holds_record,
+    iter_records,
+    scan_logs,
+    trtllm_record,
+    utc,
+)
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.errors import InputFileError, UsageError, option
 from llmdiag.model import Signal, SignalSet
@@ -36,9 +52,11 @@ from llmdiag.schema.loader import load_probe
 from llmdiag.schema.logs import LogField, LogSpec, load_log_spec
 from llmdiag.schema.probes import ProbeSpec, SignalSpec
 
+__all__ = ["collect_logs", "looks_like_log", "parse_when", "trtllm_record", "window_bounds"]
+
 LOG_HINT = (
-    "give the server's own log: vLLM stat-logger lines ('Avg prompt throughput: …'), SGLang 'Decode batch.' / "
-    "'Prefill batch.' lines, or TensorRT-LLM iteration-stats JSON records, one a line"
+    "give the server's own log: vLLM stat-logger lines ('Avg prompt throughput: …'), SGLang 'Decode batch' / "
+    "'Prefill batch' lines, or TensorRT-LLM iteration-stats JSON records"
 )
 SERVER_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 # the probe whose signal vocabulary a log's missing signals are listed from
@@ -47,224 +65,7 @@ NOT_IN_LOGS = (
     "not in server logs: the stat-logger lines carry no latency histograms or request counts; save /metrics "
     "(curl -s URL/metrics > metrics.prom) or scan the live server for it"
 )
-
-
-# ---------------------------------------------------------------------------------------------
-# reading lines
-
-
-@dataclass
-class Record:
-    """One recognised line: when, which series, what it says."""
-
-    at: float
-    series: str
-    server: str
-    fmt: str
-    values: dict[str, float]  # field name → value as printed (before scale)
-    known_zero: set[str] = field(default_factory=set)  # absent_zero fields this line stands for
-    itl_estimate: bool = False
-    iterations: float | None = None  # TRT-LLM: the iteration counter
-
-
-@dataclass
-class LogRead:
-    records: list[Record]
-    lines: int
-    first_lines: list[str]
-    files: list[str]
-
-
-ISO_LEAD = re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+")
-TRT_TIME = "%m-%d-%Y %H:%M:%S"
-
-
-def _utc(text: str, fmt: str) -> float:
-    return calendar.timegm(datetime.strptime(text.replace("T", " "), fmt).timetuple())
-
-
-class _Reader:
-    def __init__(self, spec: LogSpec):
-        self.spec = spec
-        self.prefixes = {p.name: (re.compile(p.pattern), p.time_format) for p in spec.prefix}
-        self.lines = [(line, re.compile(line.pattern), [re.compile(o) for o in line.optional]) for line in spec.line]
-
-    def _time(self, prefix: str, raw: str, year: int, file_time: float, lead: float | None) -> float:
-        pattern_fmt = self.prefixes[prefix][1]
-        if "%Y" in pattern_fmt:
-            return _utc(raw, pattern_fmt)
-        if lead is not None:  # docker/kubectl --timestamps: the lead stamp has the year
-            year = datetime.fromtimestamp(lead, tz=timezone.utc).year
-        at = _utc(f"{year}-{raw}", f"%Y-{pattern_fmt}")
-        if lead is None and at > file_time + 86400:  # a December line in a January file
-            at = _utc(f"{year - 1}-{raw}", f"%Y-{pattern_fmt}")
-        return at
-
-    def read_line(self, text: str, year: int, file_time: float) -> Record | None:
-        lead: float | None = None
-        body = text
-        match = ISO_LEAD.match(body)
-        if match and not body.startswith("["):
-            lead = _utc(match.group(1), "%Y-%m-%d %H:%M:%S")
-            body = body[match.end() :]
-        if "{" in body and '"iter' in body:
-            return self._json(body, lead)
-        for line, pattern, optional in self.lines:
-            found = pattern.search(body)
-            if found is None:
-                continue
-            prefix_re, _ = self.prefixes[line.prefix]
-            head = prefix_re.match(body)
-            if head is not None:
-                at = self._time(line.prefix, head.group("time"), year, file_time, lead)
-            elif lead is not None:
-                at = lead
-            else:
-                iso = self.prefixes["iso"][0].match(body)
-                if iso is None:
-                    continue  # a stat message without any time: cannot be placed on the timeline
-                at = _utc(iso.group("time"), self.prefixes["iso"][1])
-            groups = {k: v for k, v in found.groupdict().items() if v is not None}
-            for extra in optional:
-                hit = extra.search(body, found.end())
-                if hit:
-                    groups.update({k: v for k, v in hit.groupdict().items() if v is not None})
-            values = {k: float(v) for k, v in groups.items() if k not in ("engine", "mode")}
-            tags = head.groupdict() if head is not None else {}
-            return Record(
-                at=at,
-                series=_series(line.server, groups.get("engine"), tags),
-                server=line.server,
-                fmt=line.name,
-                values=values,
-                known_zero={f for f in line.absent_zero if f not in values},
-                itl_estimate=line.itl_estimate,
-            )
-        return None
-
-    def _json(self, body: str, lead: float | None) -> Record | None:
-        start = body.find("{")
-        try:
-            record = json.loads(body[start:])
-        except ValueError:
-            return None
-        if not isinstance(record, dict) or "iter" not in record or "numActiveRequests" not in record:
-            return None
-        return trtllm_record(record, lead)
-
-
-def _series(server: str, engine: str | None, tags: dict[str, str | None]) -> str:
-    """The series a line belongs to: a DP engine of one process."""
-    parts: list[str] = []
-    if tags.get("pid"):
-        parts.append(f"pid {tags['pid']}")
-    rank_tags = dict(re.findall(r"([A-Z_]*[A-Z])(\d+)", tags.get("tags") or ""))
-    dp = engine if engine is not None else rank_tags.get("DP")
-    parts.append(str(int(dp)) if dp is not None else "0")
-    return "/".join(parts)
-
-
-def trtllm_record(record: dict, lead: float | None = None) -> Record | None:
-    """One TensorRT-LLM iteration-stats record (the JSON of trtllm-serve's /metrics, one per line in a log)."""
-    at = lead
-    stamp = record.get("timestamp")
-    if isinstance(stamp, str):
-        try:
-            at = _utc(stamp.split(".")[0], TRT_TIME)
-        except ValueError:
-            at = lead
-    if at is None:
-        return None
-    values: dict[str, float] = {}
-
-    def put(name: str, value: object) -> None:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            values[name] = float(value)
-
-    put("running", record.get("numActiveRequests"))
-    put("waiting", record.get("numQueuedRequests"))
-    kv = record.get("kvCacheStats") or {}
-    if isinstance(kv, dict) and kv.get("maxNumBlocks"):
-        put("kv_ratio", kv.get("usedNumBlocks", 0) / kv["maxNumBlocks"])
-    batching = record.get("inflightBatchingStats") or {}
-    if isinstance(batching, dict):
-        put("trt_ctx_tokens", batching.get("numCtxTokens"))
-        gen = batching.get("numGenRequests")
-        per = batching.get("avgNumDecodedTokensPerIter") or 1.0
-        if isinstance(gen, (int, float)):
-            put("trt_gen_tokens", gen * per)
-        put("trt_paused", batching.get("numPausedRequests"))
-    latency = record.get("iterLatencyMS")
-    if isinstance(latency, (int, float)) and batching.get("numGenRequests"):
-        put("trt_step_seconds", latency / 1000.0)
-    iteration = record.get("iter")
-    return Record(
-        at=at,
-        series="0",
-        server="trtllm",
-        fmt="trtllm-iteration-json",
-        values=values,
-        known_zero={"trt_paused"} - set(values),
-        iterations=float(iteration) if isinstance(iteration, (int, float)) else None,
-    )
-
-
-# TRT-LLM record fields (read in code) and what they become; "per_iteration": counts per iteration, scaled by the
-# iterations since the previous record (iter_perf_stats_interval samples every N)
-TRT_FIELDS = {
-    "trt_ctx_tokens": LogField(name="trt_ctx_tokens", signal="prompt_tokens_per_second", kind="count", unit="tokens/s"),
-    "trt_gen_tokens": LogField(
-        name="trt_gen_tokens", signal="generation_tokens_per_second", kind="count", unit="tokens/s"
-    ),
-    "trt_paused": LogField(name="trt_paused", signal="preemptions_per_second", kind="count", unit="preemptions/s"),
-}
-
-
-def read_logs(paths: list[Path], max_bytes: int, spec: LogSpec | None = None) -> LogRead:
-    spec = spec or load_log_spec()
-    reader = _Reader(spec)
-    records: list[Record] = []
-    first: list[str] = []
-    count = 0
-    for path in paths:
-        try:
-            if path.is_dir():
-                raise InputFileError(f"{path} is a directory, not a log file")
-            stat = path.stat()
-            if stat.st_size > max_bytes:
-                raise InputFileError(
-                    f"{path} is {stat.st_size / 1e6:.0f} MB, over the {max_bytes / 1e6:.0f} MB cap",
-                    f"cut the log to the incident (grep the stat lines, or {option('since')}/{option('until')} on a "
-                    f"shorter file), or raise {option('max_bytes')}",
-                )
-            year = datetime.fromtimestamp(stat.st_mtime, tz=timezone.utc).year
-            with path.open(encoding="utf-8", errors="replace") as handle:
-                for raw in handle:
-                    text = raw.rstrip("\r\n")
-                    if not text.strip():
-                        continue
-                    count += 1
-                    if len(first) < 3:
-                        first.append(text.strip()[:80])
-                    record = reader.read_line(text, year, stat.st_mtime)
-                    if record is not None:
-                        records.append(record)
-        except FileNotFoundError:
-            raise InputFileError(f"{path}: no such file") from None
-        except PermissionError:
-            raise InputFileError(f"{path}: permission denied") from None
-    records.sort(key=lambda r: r.at)  # stable: a file's own order is kept within one second
-    # SGLang prints a retraction on every TP rank of the scheduler: one event, many identical lines
-    unique: list[Record] = []
-    marks: set[tuple] = set()
-    for record in records:
-        mark = (record.at, record.series, record.fmt, tuple(sorted(record.values.items())))
-        if record.server == "sglang" and mark in marks:
-            continue
-        marks.add(mark)
-        unique.append(record)
-    records = unique
-    return LogRead(records=records, lines=count, first_lines=first, files=[str(p) for p in paths])
+UNTIMED_NOTE = "no timestamps: lines ordered as given"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,7 +87,7 @@ def parse_when(text: str, last: float, what: str) -> float:
     for candidate in candidates:
         for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"):
             try:
-                return _utc(candidate.split(".")[0], fmt)
+                return utc(candidate.split(".")[0], fmt)
             except ValueError:
                 continue
     raise UsageError(
@@ -295,10 +96,8 @@ def parse_when(text: str, last: float, what: str) -> float:
     )
 
 
-def window_records(records: list[Record], since: str | None, until: str | None) -> list[Record]:
-    if not records or (since is None and until is None):
-        return records
-    last = records[-1].at
+def window_bounds(first: float, last: float, since: str | None, until: str | None) -> tuple[float, float]:
+    """The times between which records are kept: ``since`` and ``until`` resolved against the log's last line."""
     low = parse_when(since, last, option("since")) if since else -math.inf
     high = parse_when(until, last, option("until")) if until else math.inf
     if low >= high:
@@ -306,13 +105,7 @@ def window_records(records: list[Record], since: str | None, until: str | None) 
         raise UsageError(
             f"{since_option} is not before {until_option}", f"give {since_option} an earlier time than {until_option}"
         )
-    kept = [r for r in records if low <= r.at <= high]
-    if not kept:
-        span = f"{_iso(records[0].at)} … {_iso(last)}"
-        raise InputFileError(
-            f"no stat lines between {option('since')} and {option('until')} (the log covers {span})", LOG_HINT
-        )
-    return kept
+    return low, high
 
 
 def _iso(at: float) -> str:
@@ -322,6 +115,39 @@ def _iso(at: float) -> str:
 # ---------------------------------------------------------------------------------------------
 # records → synthetic scrapes → signals
 
+# TRT-LLM record fields (read in code) and what they become; counts per iteration, scaled by the iterations since the
+# previous record (iter_perf_stats_interval samples every N)
+TRT_FIELDS = {
+    "trt_ctx_tokens": LogField(name="trt_ctx_tokens", signal="prompt_tokens_per_second", kind="count", unit="tokens/s"),
+    "trt_gen_tokens": LogField(
+        name="trt_gen_tokens", signal="generation_tokens_per_second", kind="count", unit="tokens/s"
+    ),
+    "trt_paused": LogField(name="trt_paused", signal="preemptions_per_second", kind="count", unit="preemptions/s"),
+}
+STALE_INTERVALS = 3
+# at most this many scrapes (moments) are kept: a long log keeps every k-th moment, so memory stays flat whatever the
+# log's length; counters are running totals, so their increase is exact, and gauges are read at the kept moments
+MAX_MOMENTS = 4000
+
+
+@dataclass
+class _Catalogue:
+    fields: dict[str, LogField]
+    interval_counts: set[str]  # formats whose counts cover the interval since the series' previous line
+
+    @classmethod
+    def of(cls, spec: LogSpec) -> _Catalogue:
+        fields = {f.name: f for f in spec.field} | TRT_FIELDS
+        return cls(fields=fields, interval_counts={line.name for line in spec.line if line.interval_counts})
+
+    @property
+    def rate_names(self) -> set[str]:
+        return {name for name, f in self.fields.items() if f.kind == "rate"}
+
+    def level(self, record: Record) -> bool:
+        """Whether a record holds a level or a per-second average (a stat line), not only events."""
+        return any((f := self.fields.get(n)) is not None and f.kind in ("gauge", "rate") for n in record.values)
+
 
 @dataclass
 class _SeriesState:
@@ -329,96 +155,191 @@ class _SeriesState:
     last_by_format: dict[str, float] = field(default_factory=dict)  # a rate covers the time since its own format
     last_iter: float | None = None
     gauges: dict[str, float] = field(default_factory=dict)
+    printed: dict[str, float] = field(default_factory=dict)  # the last per-second average as printed, per signal
+    covered_by_format: dict[str, float | None] = field(default_factory=dict)  # the interval of the format's last line
+    # signal → (sum, count) of the averages printed in the same second: lines of one second share its interval
+    same_second: dict[str, tuple[float, int]] = field(default_factory=dict)
+    prefill_since_decode: bool = False  # SGLang: a prefill batch ran since the series' previous decode line
 
 
-def _typical_interval(records: list[Record]) -> float | None:
-    by_series: dict[str, list[float]] = {}
-    for r in records:
-        if any((found := _field(r, name)) is not None and found.kind == "rate" for name in r.values):
-            by_series.setdefault(r.series, []).append(r.at)
-    gaps = [b - a for times in by_series.values() for a, b in zip(times, times[1:], strict=False) if b > a]
-    return statistics.median(gaps) if gaps else None
+@dataclass
+class ItlTally:
+    """What the inter-token latency estimate was made from, and what it left out and why."""
+
+    lines: int = 0  # stat lines with running requests
+    used: int = 0
+    first: int = 0  # a series' first line: its interval began before the log
+    near_zero: int = 0  # fewer tokens than running requests over the interval
+    mixed: int = 0  # used, but the interval also ran prefill
 
 
-_FIELDS: dict[str, LogField] = {}
+@dataclass
+class _Built:
+    scrapes: list[Scrape]
+    seen: dict[str, LogField]
+    itl: ItlTally
+    printed: dict[str, list[float]]  # signal → the server total of the printed per-second averages, per scrape
+    moments: int = 0  # moments with a stat line; a scrape is kept for every ``stride``-th of them and the last
+    stride: int = 1
+    # what the streamed records were, for the report (no record is kept)
+    count: int = 0
+    formats: set[str] = field(default_factory=set)
+    series: set[str] = field(default_factory=set)
+    first_at: float | None = None
+    last_at: float | None = None
+    estimable: bool = False  # some line could give an inter-token latency estimate
+    first_format: str = ""
 
 
-def _field(record: Record, name: str) -> LogField | None:
-    return TRT_FIELDS.get(name) or _FIELDS.get(name)
+def _accumulate(record: Record, state: _SeriesState, counters: dict, built: _Built, ctx: tuple) -> None:
+    """One record's numbers into its series: gauges held, rates and counts added to the running counters. Times
+    have whole seconds: lines of one series and format in the same second (SGLang logs a decode line every 40
+    steps) cover that second's interval together, so the interval is counted once at their mean rate."""
+    catalogue, covered, first_of_series, same_second = ctx
+    for name, value in record.values.items():
+        spec = catalogue.fields.get(name)
+        if spec is None:
+            continue
+        built.seen.setdefault(spec.signal, spec)
+        if spec.kind == "gauge":
+            state.gauges[spec.signal] = value * spec.scale
+            continue
+        totals = counters.setdefault(spec.signal, {})
+        totals.setdefault(record.series, 0.0)
+        if spec.kind == "rate":
+            rate = value * spec.scale
+            state.printed[spec.signal] = rate
+            group = state.same_second.get(spec.signal) if same_second else None
+            if group is not None:
+                before = group[0] / group[1]
+                group = (group[0] + rate, group[1] + 1)
+                rate = group[0] / group[1] - before  # the change of the second's mean rate
+            else:
+                group = (rate, 1)
+            state.same_second[spec.signal] = group
+            if covered:
+                totals[record.series] += rate * covered
+        elif spec.kind == "count":
+            steps = 1.0
+            times: float = 1.0
+            if record.iterations is not None and state.last_iter is not None:
+                steps = max(record.iterations - state.last_iter, 1.0)
+            if spec.times:
+                times = record.values.get(spec.times, math.nan)
+            # a count in the series' first interval line covers time before the log: only later ones add up
+            if not (first_of_series and record.fmt in catalogue.interval_counts) and not math.isnan(times):
+                totals[record.series] += value * spec.scale * steps * times
+        else:  # cumulative: the increase since the first value seen (from 0 when the first is the 1st event)
+            held = state.gauges.get(f"cumulative:{name}")
+            base = held if held is not None else (0.0 if value <= 1 else value)
+            totals[record.series] += max(value - base, 0.0)
+            state.gauges[f"cumulative:{name}"] = value
+    for name in record.known_zero:
+        spec = catalogue.fields.get(name)
+        if spec is not None:
+            built.seen.setdefault(spec.signal, spec)
+            counters.setdefault(spec.signal, {}).setdefault(record.series, 0.0)
 
 
-STALE_INTERVALS = 3
+def _estimate_itl(record: Record, state: _SeriesState, covered: float | None, tally: ItlTally) -> None:
+    """Running ÷ generation throughput, where the line's interval supports it."""
+    if "trt_step_seconds" in record.values:  # measured per iteration, not estimated
+        state.gauges["itl_seconds"] = record.values["trt_step_seconds"]
+        return
+    if record.fmt == "sglang-prefill":
+        state.prefill_since_decode = True
+    if not record.itl_estimate:
+        return
+    state.gauges.pop("itl_seconds", None)
+    mixed = record.values.get("prompt_tps", 0.0) > 0 or state.prefill_since_decode
+    state.prefill_since_decode = False
+    running, rate = record.values.get("running"), record.values.get("gen_tps")
+    if not running:
+        return
+    tally.lines += 1
+    if covered is None:
+        tally.first += 1
+    elif not rate or rate * covered < running:
+        tally.near_zero += 1
+    else:
+        state.gauges["itl_seconds"] = running / rate
+        tally.used += 1
+        tally.mixed += mixed
 
 
-def _scrapes(records: list[Record], interval: float | None) -> tuple[list[Scrape], dict[str, LogField]]:
-    """One synthetic scrape per record time: every series' held gauges and running counters."""
+def _tally(built: _Built, record: Record) -> None:
+    if not built.count:
+        built.first_at, built.first_format = record.at, record.fmt
+    built.count += 1
+    built.last_at = record.at
+    built.formats.add(record.fmt)
+    built.series.add(record.series)
+    built.estimable = built.estimable or record.itl_estimate
+
+
+def _scrape(states: dict[str, _SeriesState], counters: dict, moment: float | None, interval: float | None) -> Scrape:
+    series: dict[str, dict] = {}
+    for key, st in states.items():
+        if (
+            moment is not None
+            and interval
+            and st.last_at is not None
+            and st.last_at < moment - STALE_INTERVALS * interval
+        ):
+            continue  # a series that stopped logging (a restarted process) no longer counts in the total
+        for signal, value in st.gauges.items():
+            if not signal.startswith("cumulative:"):
+                series.setdefault(signal, {})[(("engine", key),)] = value
+    for signal, per in counters.items():
+        for key, total in per.items():
+            series.setdefault(signal, {})[(("engine", key),)] = total
+    return Scrape(at_unix=moment, series=series)
+
+
+def _scrapes(records: Iterable[Record], interval: float | None, catalogue: _Catalogue, stride: int) -> _Built:
+    """One synthetic scrape per moment with a stat line (per line when there are no times): every series' held
+    gauges and running counters. Event lines (a preemption warning, a retraction) add to the counters read at the
+    next stat line; a scrape of their own would weigh the held gauges twice."""
     states: dict[str, _SeriesState] = {}
     counters: dict[str, dict[str, float]] = {}  # signal → series → running total
-    cumulative_seen: dict[str, float] = {}  # series → last cumulative value
-    seen: dict[str, LogField] = {}
-    scrapes: list[Scrape] = []
+    built = _Built(scrapes=[], seen={}, itl=ItlTally(), printed={}, stride=stride)
+    pending: float | None = None
+    has_level = False
+
+    def flush(last: bool = False) -> None:
+        built.moments += 1
+        if (built.moments - 1) % built.stride and not last:
+            return
+        built.scrapes.append(_scrape(states, counters, pending, interval))
+        for signal in {s for st in states.values() for s in st.printed}:
+            built.printed.setdefault(signal, []).append(sum(st.printed.get(signal, 0.0) for st in states.values()))
+
     for record in records:
+        if has_level and (record.at is None or record.at != pending):
+            flush()
+            has_level = False
+        _tally(built, record)
+        pending = record.at
         state = states.setdefault(record.series, _SeriesState())
         previous = state.last_by_format.get(record.fmt)
-        gap = record.at - previous if previous is not None else None
-        covered = min(gap, interval) if gap is not None and interval else gap
-        for name, value in record.values.items():
-            spec = _field(record, name)
-            if spec is None:
-                continue
-            seen.setdefault(spec.signal, spec)
-            if spec.kind == "gauge":
-                state.gauges[spec.signal] = value * spec.scale
-                continue
-            totals = counters.setdefault(spec.signal, {})
-            if spec.kind == "rate":
-                totals.setdefault(record.series, 0.0)
-                if covered:
-                    totals[record.series] += value * spec.scale * covered
-            elif spec.kind == "count":
-                totals.setdefault(record.series, 0.0)
-                steps = 1.0
-                if record.iterations is not None and state.last_iter is not None:
-                    steps = max(record.iterations - state.last_iter, 1.0)
-                # a count in the series' first stat line covers time before the log: only later ones add up
-                if previous is not None or record.fmt not in ("vllm-v1-stats",):
-                    totals[record.series] += value * spec.scale * steps
-            else:  # cumulative: the increase since the first value seen (from 0 when the first is the 1st event)
-                before = cumulative_seen.get(record.series)
-                base = before if before is not None else (0.0 if value <= 1 else value)
-                totals[record.series] = totals.get(record.series, 0.0) + max(value - base, 0.0)
-                cumulative_seen[record.series] = value
-        for name in record.known_zero:
-            spec = _field(record, name)
-            if spec is not None:
-                seen.setdefault(spec.signal, spec)
-                counters.setdefault(spec.signal, {}).setdefault(record.series, 0.0)
-        if record.itl_estimate:
-            running, rate = record.values.get("running"), record.values.get("gen_tps")
-            if running and rate:
-                state.gauges["itl_seconds"] = running / rate
-            else:
-                state.gauges.pop("itl_seconds", None)
-        if "trt_step_seconds" in record.values:
-            state.gauges["itl_seconds"] = record.values["trt_step_seconds"]
-        state.last_at = record.at
-        state.last_by_format[record.fmt] = record.at
+        same_second = previous is not None and record.at == previous
+        if same_second:
+            covered = state.covered_by_format.get(record.fmt)
+        else:
+            gap = record.at - previous if previous is not None and record.at is not None else None
+            covered = min(gap, interval) if gap is not None and interval else gap
+        _accumulate(record, state, counters, built, (catalogue, covered, covered is None, same_second))
+        _estimate_itl(record, state, covered, built.itl)
+        if record.at is not None:
+            state.last_at = record.at
+            state.last_by_format[record.fmt] = record.at
+            state.covered_by_format[record.fmt] = covered
         if record.iterations is not None:
             state.last_iter = record.iterations
-        series: dict[str, dict] = {}
-        for key, st in states.items():
-            if interval and st.last_at is not None and st.last_at < record.at - STALE_INTERVALS * interval:
-                continue  # a series that stopped logging (a restarted process) no longer counts in the total
-            for signal, value in st.gauges.items():
-                series.setdefault(signal, {})[(("engine", key),)] = value
-        for signal, per in counters.items():
-            for key, total in per.items():
-                series.setdefault(signal, {})[(("engine", key),)] = total
-        # an event line (a preemption warning, a retraction) adds to the counters read at the next stat line; a
-        # scrape of its own would weigh the held gauges twice
-        if any((spec := _field(record, n)) is not None and spec.kind in ("gauge", "rate") for n in record.values):
-            scrapes.append(Scrape(at_unix=record.at, series=series))
-    return scrapes, seen
+        has_level = has_level or catalogue.level(record)
+    if has_level:
+        flush(last=True)
+    return built
 
 
 def _probe_spec(server: str, seen: dict[str, LogField], has_itl: bool) -> ProbeSpec:
@@ -487,6 +408,28 @@ SOURCES = {
         "itl_seconds": "iterLatencyMS of iterations with generation requests",
     },
 }
+# disaggregated serving: the KV-transfer lines and the PD queues, whichever server's log holds them
+KV_SOURCES = {
+    "kv_transfers_per_second": "'KV Transfer metrics: Num successful transfers=N' (vLLM NIXL/Mooncake connector)",
+    "kv_transfer_throughput_bytes_per_second": "'KV Transfer metrics' Avg MB per transfer x transfers (MiB), or the "
+    "Mooncake transfer engine's '[Metrics] Transfer Engine Throughput: X MB/s (over last N s)' x N s, per thread, "
+    "summed: the bytes that crossed the network, over the window",
+    "kv_transfer_seconds": "'KV Transfer metrics' Avg xfer time (ms)",
+    "kv_transfer_speed_bytes_per_second": "'KV Transfer metrics' Throughput (MB/s): MiB over the summed transfer "
+    "durations (one transfer's speed; overlapping transfers are not added up)",
+    "kv_prealloc_queue_requests": "'#prealloc-req' of PD decode lines (requests waiting for KV preallocation)",
+    "kv_bootstrap_queue_requests": "'#unbootstrapped-req' / '#prealloc-req' of PD prefill lines (requests waiting "
+    "for the bootstrap handshake with a decode instance)",
+    "kv_transfer_queue_requests": "'#transferring-req' / '#inflight-req' of PD prefill lines, '#transfer-req' of PD "
+    "decode lines (KV transfers in flight)",
+    "cuda_graph_batches_ratio": "'cuda graph: True/False' of each decode line, read as 1/0",
+}
+KV_GREP = {
+    "kv_transfers_per_second": "grep 'KV Transfer metrics' FILE",
+    "kv_transfer_throughput_bytes_per_second": "grep -E 'KV Transfer metrics|Transfer Engine Throughput' FILE",
+    "kv_transfer_seconds": "grep 'KV Transfer metrics' FILE",
+    "kv_transfer_speed_bytes_per_second": "grep 'KV Transfer metrics' FILE",
+}
 GREP = {
     "vllm": "grep -E 'Avg prompt throughput|is preempted by' FILE",
     "sglang": "grep -E 'Decode batch|Prefill batch|out of memory happened' FILE",
@@ -494,55 +437,177 @@ GREP = {
 }
 
 
+def _servers(server: str | None) -> set[str] | None:
+    """The servers whose line formats to use: all, or the one named (with the lines any server's log may hold)."""
+    if server is None:
+        return None
+    name = str(server).lower().replace("-", "").replace("_", "").replace(".", "")
+    if name not in SERVER_NAMES:
+        known = ", ".join(sorted(SERVER_NAMES))
+        raise UsageError(
+            f"{option('server')} {server!r} has no log formats; logs of {known} are read",
+            f"give {option('server')} one of {known}, or leave it out to tell the server from the lines",
+        )
+    return {name, "any"}
+
+
 def collect_logs(
-    paths: list[Path], since: str | None = None, until: str | None = None, max_bytes: int = 256 * 1024 * 1024
+    paths: list[Path],
+    since: str | None = None,
+    until: str | None = None,
+    max_bytes: int = 256 * 1024 * 1024,
+    server: str | None = None,
 ) -> SignalSet:
-    """Read server logs into a SignalSet over the time their stat lines cover (filtered by --since/--until)."""
+    """Read server logs into a SignalSet over the time their stat lines cover (filtered by --since/--until);
+    ``server`` (a name: "vllm", "sglang", "trtllm") restricts the line formats to that server's; another name is
+    refused."""
     if not paths:
         raise UsageError("no log files given", "llmdiag analyze server.log [more.log …]")
     spec = load_log_spec()
-    _FIELDS.clear()
-    _FIELDS.update({f.name: f for f in spec.field})
-    read = read_logs(paths, max_bytes, spec)
-    where = ", ".join(read.files)
-    if not read.records:
-        seen = " | ".join(read.first_lines) or "an empty file"
-        raise InputFileError(
-            f"{where}: no vLLM, SGLang or TensorRT-LLM stat lines in {read.lines} line(s); it starts: {seen}", LOG_HINT
+    catalogue = _Catalogue.of(spec)
+    reader = LineReader(spec, _servers(server))
+    scan = scan_logs(paths, max_bytes, reader, catalogue.rate_names)
+    where = ", ".join(str(p) for p in paths)
+    name = _one_server(scan, where, server)
+    timed = scan.timed > 0
+    low, high = -math.inf, math.inf
+    if timed:
+        first, last = scan.bounds()
+        low, high = window_bounds(first, last, since, until)
+    elif since is not None or until is not None:
+        raise UsageError(
+            f"{option('since')}/{option('until')} need times, and {where} has none ({UNTIMED_NOTE})",
+            f"leave {option('since')}/{option('until')} out, or give the log with its timestamps",
         )
-    servers = sorted({r.server for r in read.records})
+    interval = statistics.median(scan.gaps) if scan.gaps else None
+    stride = max(1, -(-(scan.timed or scan.untimed) // MAX_MOMENTS))
+    records = iter_records(scan, reader, max_bytes)
+    if timed and (since is not None or until is not None):
+        records = (r for r in records if r.at is not None and low <= r.at <= high)
+    built = _scrapes(records, interval, catalogue, stride)
+    if not built.count:
+        span = f"{_iso(first)} … {_iso(last)}"
+        raise InputFileError(
+            f"no stat lines between {option('since')} and {option('until')} (the log covers {span})", LOG_HINT
+        )
+    if not built.scrapes:
+        raise InputFileError(f"{where}: only event lines ({built.first_format}), no stat lines to judge", LOG_HINT)
+    has_itl = any("itl_seconds" in s.series for s in built.scrapes)
+    probe = _probe_spec(name, built.seen, has_itl)
+    signal_set = build_signal_set(probe, built.scrapes, where)
+    snapshot = timed and built.first_at == built.last_at
+    if not timed or snapshot:
+        _without_interval(signal_set, built, snapshot)
+    _describe(signal_set, name, where, built, interval)
+    _itl_source(signal_set, name, built.itl, timed, built.estimable)
+    _window_note(signal_set, scan.untimed if timed else 0, timed, snapshot)
+    if built.stride > 1:
+        signal_set.window.note += (
+            f"; gauges read at every {built.stride}th of {built.moments} logged moments ({len(built.scrapes)} kept: "
+            f"a cap of {MAX_MOMENTS} keeps memory flat; counters are exact)"
+        )
+    return signal_set
+
+
+def _one_server(scan: LogScan, where: str, server: str | None) -> str:
+    servers = sorted(scan.servers - {"any"})
+    if not servers:
+        seen = " | ".join(scan.first_lines) or "an empty file"
+        only = f"{SERVER_NAMES[str(server).lower()]} " if str(server).lower() in SERVER_NAMES else ""
+        what = "only KV-transfer lines" if scan.servers else f"no {only or 'vLLM, SGLang or TensorRT-LLM '}stat lines"
+        raise InputFileError(f"{where}: {what} in {scan.lines} line(s); it starts: {seen}", LOG_HINT)
     if len(servers) > 1:
         raise InputFileError(
             f"{where} mixes logs of {', '.join(SERVER_NAMES[s] for s in servers)}: one server's logs at a time",
             "analyze each server's log on its own",
         )
-    server = servers[0]
-    records = window_records(read.records, since, until)
-    if len(records) < 2 or records[-1].at <= records[0].at:
-        raise InputFileError(
-            f"{where}: only {len(records)} stat line(s) at one moment in the window: no time series to judge",
-            f"give a longer log (the stat logger prints every 5-10 s), or widen {option('since')}/{option('until')}",
+    return servers[0]
+
+
+def _without_interval(signal_set: SignalSet, built: _Built, snapshot: bool) -> None:
+    """No interval to integrate over (one moment, or no times): a counter is unavailable, except the per-second
+    averages the server printed itself, which are read as printed; untimed samples are placed at their index."""
+    why = (
+        "one moment (a snapshot): counts per second need an interval"
+        if snapshot
+        else f"{UNTIMED_NOTE}: counts per second need times"
+    )
+    for name, signal in signal_set.signals.items():
+        if signal.kind != "counter":
+            if not snapshot and signal.samples:
+                signal.samples = [(float(i), v) for i, (_, v) in enumerate(signal.samples)]
+            continue
+        printed = built.printed.get(name)
+        if printed:
+            signal_set.signals[name] = Signal(
+                name=name,
+                kind="counter",
+                unit=signal.unit,
+                stats={"rate": statistics.fmean(printed)},
+                samples=[] if snapshot else [(float(i), v) for i, v in enumerate(printed)],
+                source=signal.source,
+            )
+            continue
+        signal.stats = {}
+        signal.unavailable = why
+    signal_set.window.duration_seconds = None
+    if snapshot:
+        signal_set.window.kind = "snapshot"
+    else:
+        signal_set.window.start_unix = signal_set.window.end_unix = None
+
+
+def _itl_source(signal_set: SignalSet, server: str, tally: ItlTally, timed: bool, estimable: bool) -> None:
+    """Say what the estimate was made of; unavailable, with the reason, when the lines could give one but did not."""
+    signal = signal_set.signals.get("itl_seconds")
+    if server == "trtllm" or signal is None or not estimable:
+        return
+    left = []
+    if tally.first:
+        left.append(f"{tally.first} first line(s) of a series (their interval began before the log)")
+    if tally.near_zero:
+        left.append(f"{tally.near_zero} line(s) whose throughput gave fewer tokens than running requests")
+    if not timed or tally.used < 2:
+        why = UNTIMED_NOTE if not timed else f"estimated from {tally.used} stat line(s); at least two are needed"
+        if left and timed:
+            why += f" (left out: {'; '.join(left)})"
+        source = f"{SERVER_NAMES[server]} log: {SOURCES[server]['itl_seconds']}"
+        signal_set.signals["itl_seconds"] = Signal.missing(
+            "itl_seconds", "gauge", "seconds", f"{why}: the estimate needs each line's interval", source
         )
-    interval = _typical_interval(records)
-    scrapes, fields_seen = _scrapes(records, interval)
-    has_itl = any("itl_seconds" in s.series for s in scrapes)
-    probe = _probe_spec(server, fields_seen, has_itl)
-    signal_set = build_signal_set(probe, scrapes, where)
-    _describe(signal_set, server, where, records, interval)
-    return signal_set
+        return
+    signal.source += f"; from {tally.used} of {tally.lines} stat lines with running requests"
+    if left:
+        signal.source += f" (left out: {'; '.join(left)})"
+    if tally.mixed:
+        signal.source += (
+            f"; {tally.mixed} of the {tally.used} intervals also ran prefill, so their estimate includes prefill time"
+        )
 
 
-def _describe(signal_set: SignalSet, server: str, where: str, records: list[Record], interval: float | None) -> None:
+def _window_note(signal_set: SignalSet, untimed: int, timed: bool, snapshot: bool) -> None:
+    window = signal_set.window
+    if not timed:
+        window.note = f"{UNTIMED_NOTE}; {window.note}"
+    elif snapshot:
+        window.note = f"one moment (a snapshot of every series at {_iso(window.start_unix or 0.0)}); {window.note}"
+    if untimed:
+        window.note += f"; {untimed} stat line(s) without a time left out (they cannot be placed among the others)"
+
+
+def _describe(signal_set: SignalSet, server: str, where: str, built: _Built, interval: float | None) -> None:
     label = SERVER_NAMES[server]
     grep = GREP[server].replace("FILE", where)
+    sources = SOURCES[server] | KV_SOURCES
     for name, signal in signal_set.signals.items():
-        if name in SOURCES[server]:
-            signal.source = f"{label} log: {SOURCES[server][name]}"
-            signal.verify = grep
-    series = sorted({r.series for r in records})
-    every = f"every {interval:.0f} s" if interval else "at each logged iteration"
+        if name in sources:
+            signal.source = f"{label} log: {sources[name]}"
+            signal.verify = KV_GREP[name].replace("FILE", where) if name in KV_GREP else grep
+    series = sorted(built.series)
+    untimed = built.first_at is None
+    every = f"every {interval:.0f} s" if interval else "at each line" if untimed else "at each stat line"
     signal_set.window.note = (
-        f"from {len(records)} log lines ({', '.join(sorted({r.fmt for r in records}))}): gauges sampled {every} by "
+        f"from {built.count} log lines ({', '.join(sorted(built.formats))}): gauges sampled {every} by "
         f"the server's own logger, {len(series)} series ({', '.join(series)})"
     )
     vocabulary = load_probe(VOCABULARY_PROBE)
@@ -557,15 +622,20 @@ def _describe(signal_set: SignalSet, server: str, where: str, records: list[Reco
 
 
 EXPOSITION_LINE = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*(\{.*\})?\s+[-+0-9.eEINFnaif]+(\s+\d+)?\s*$")
+HEAD_BYTES = 65536
 
 
 def looks_like_log(path: Path) -> bool:
-    """True unless the file starts like a /metrics dump (Prometheus text, or TensorRT-LLM's JSON array)."""
+    """True when any line of the file's head (64 KB) holds a known stat record anywhere in it, once unquoted, whatever
+    the lines before it are (prose, fences, quotes); otherwise True unless the file starts like a /metrics dump
+    (Prometheus text, or TensorRT-LLM's JSON array), so that a log without stat lines is refused as a log."""
     try:
         with path.open(encoding="utf-8", errors="replace") as handle:
-            head = handle.read(65536)
+            head = handle.read(HEAD_BYTES)
     except OSError:
         return False  # let the dump reader name the problem
+    if holds_record(head, load_log_spec(), json=False):
+        return True
     for line in head.splitlines():
         text = line.strip()
         if not text:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmdiag.collect.evidence import KINDS, ReadOptions, classify, collect_evidence, each, read_head
+from llmdiag.collect.evidence import KINDS, ReadOptions, classify, collect_evidence, each, read_head, sort_files
 from llmdiag.collect.exposition import parse_pasted
 from llmdiag.collect.files import collect_files
 from llmdiag.collect.signals import build_signal_set
@@ -136,12 +136,6 @@ def test_server_names_the_probe_for_dumps(tmp_path):
 
 
 def test_server_applies_to_logs_too():
-    import inspect
-
-    from llmdiag.collect.logs import collect_logs
-
-    if "server" not in inspect.signature(collect_logs).parameters:
-        pytest.skip("collect_logs takes server= once the log-format change lands")
     with pytest.raises(InputFileError):
         collect_evidence([LOG], ReadOptions(server="sglang"))  # a vLLM log read as SGLang's has no stat lines
     assert collect_evidence([LOG], ReadOptions(server="vllm")).sources[0].probe == "vllm-log"
@@ -177,3 +171,19 @@ def test_nvidia_smi_beside_a_dump_gives_the_gpu_signals(tmp_path):
     used = signals.signals["gpu_memory_used_bytes"]
     assert used.unavailable is None and used.stats["max"] == 23703 * MIB  # the table's fullest GPU
     assert [s.probe for s in signals.sources] == ["vllm", "nvidia-smi"]
+
+
+@pytest.mark.parametrize("name", ["watchdog-timeout-allreduce.txt", "ring-p2p-ipc-interleaved.txt"])
+def test_an_nccl_log_alone_is_an_nccl_log(name):
+    assert classify(read_head(FIXTURES / "nccl" / name)).name == "nccl-log"
+
+
+def test_nccl_lines_inside_a_server_log_are_read_as_well(tmp_path):
+    """A vLLM log whose tensor-parallel workers hit the NCCL watchdog: the stat lines and the timeout, one incident."""
+    watchdog = (FIXTURES / "nccl" / "watchdog-timeout-allreduce.txt").read_text()
+    both = write(tmp_path / "server.log", LOG.read_text() + watchdog)
+    evidence = sort_files([both])
+    assert set(evidence.files) == {"log", "nccl-log"}
+    signals = collect_evidence([both], evidence=evidence)
+    assert signals.signals["requests_running"].unavailable is None
+    assert signals.signals["collective_timeouts"].stats["value"] == watchdog.count("Watchdog caught collective")

@@ -1,0 +1,498 @@
+"""Server log lines into records: where a stat message is, when it was printed, which series it belongs to, what
+numbers it says. The reading half of ``llmdiag.collect.logs``; the formats are data (``probes/logs.toml``).
+
+Lines come as people save and paste them: a docker/kubectl timestamp in front, a tqdm bar glued before the INFO
+prefix, two records glued onto one line, Markdown quotes and fences around them, no prefix at all, or the Python
+logging shape ``2024-12-23 18:28:10 - vllm.engine.metrics - INFO - …``. So every prefix is looked for anywhere in
+a line, the line is cut at each one, and each piece is matched on its own. A stat message without any time is kept
+with ``at = None``: the caller orders such records as given and says so. TensorRT-LLM iteration records are JSON:
+one object a line (with or without a prefix), a JSON array, or pretty-printed over many lines.
+
+Files are streamed: a cheap keyword test (each [[line]]'s ``keyword``) skips every other line before any regex.
+"""
+
+from __future__ import annotations
+
+import calendar
+import heapq
+import json
+import math
+import re
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+
+from llmdiag.collect.paste import unquote_line
+from llmdiag.errors import InputFileError, option
+from llmdiag.schema.logs import LogLine, LogSpec
+
+ISO_LEAD = re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+TRT_TIME = "%m-%d-%Y %H:%M:%S"
+BOOLEAN = {"True": 1.0, "False": 0.0}  # SGLang's "cuda graph: True"
+# a pretty-printed JSON record longer than this is not an iteration record: stop collecting it
+JSON_CAP_BYTES = 4 * 1024 * 1024
+TRT_KEYS = ('"iter"', '"numActiveRequests"')
+# how a pretty-printed JSON text opens: "{", "[", "[{", '{"key": …' (not SGLang's "[2026-11-30 07:10:00 TP0]")
+JSON_OPEN = re.compile(r'^[\[{]\s*(?:[\[{]\s*)?(?:"|$)')
+
+
+@dataclass(slots=True)
+class Record:
+    """One recognised message: when (None: the line had no time), which series, what it says."""
+
+    at: float | None
+    series: str
+    server: str
+    fmt: str
+    values: dict[str, float]  # field name → value as printed (before scale)
+    known_zero: tuple[str, ...] = ()  # absent_zero fields this line stands for (a tuple: records are many)
+    itl_estimate: bool = False
+    iterations: float | None = None  # TRT-LLM: the iteration counter
+    order: int = 0  # position in the input (files in the order given): the order of records without a time
+    yearless: bool = False  # its time had no year (vLLM, glog): the year was inferred
+
+
+@lru_cache(maxsize=8192)  # stat lines repeat their second many times; strptime is the slow part of a line
+def utc(text: str, fmt: str) -> float:
+    return calendar.timegm(datetime.strptime(text.replace("T", " "), fmt).timetuple())
+
+
+class LineReader:
+    """The catalogue compiled: which lines to try (by keyword), the prefixes to cut at, the patterns to match."""
+
+    def __init__(self, spec: LogSpec, servers: set[str] | None = None):
+        self.spec = spec
+        self.servers = servers
+        self.prefixes = {p.name: (re.compile(p.pattern), p.time_format) for p in spec.prefix}
+        self.lines: list[tuple[LogLine, re.Pattern[str], list[re.Pattern[str]]]] = [
+            (line, re.compile(line.pattern), [re.compile(o) for o in line.optional])
+            for line in spec.line
+            if servers is None or line.server in servers
+        ]
+        self.keywords = tuple(sorted({line.keyword for line, _, _ in self.lines}))
+        self.json = servers is None or "trtllm" in servers
+        # the prefixes a kept line may carry (cut points); "iso" is only ever a line's lead
+        self.generic = {p.name for p in spec.prefix if p.any_server}
+        used = {line.prefix for line, _, _ in self.lines} | self.generic
+        by_name = {p.name: p for p in spec.prefix}
+        # each prefix to cut at; looked for only in a line that holds its keyword and one of its own lines' keywords
+        self.cut: list[tuple[str, re.Pattern[str], re.Pattern[str] | None, str, tuple[str, ...]]] = []
+        for name in sorted(used - {"iso"}):
+            prefix = by_name[name]
+            owners = (
+                () if prefix.any_server else tuple(line.keyword for line, _, _ in self.lines if line.prefix == name)
+            )
+            tag = re.compile(prefix.tag) if prefix.tag else None
+            self.cut.append((name, re.compile(prefix.pattern), tag, prefix.keyword or "", owners))
+
+    def wanted(self, text: str) -> bool:
+        return any(k in text for k in self.keywords)
+
+    # -- time ---------------------------------------------------------------------------------------------------
+
+    def _time(self, prefix: str, raw: str, year: int, file_time: float, lead: float | None) -> float:
+        pattern_fmt = self.prefixes[prefix][1]
+        if "%Y" in pattern_fmt:
+            return utc(raw, pattern_fmt)
+        if lead is not None:  # docker/kubectl --timestamps: the lead stamp has the year
+            year = datetime.fromtimestamp(lead, tz=timezone.utc).year
+        at = utc(f"{year}-{raw}", f"%Y-{pattern_fmt}")
+        if lead is None and at > file_time + 86400:  # a December line in a January file
+            at = utc(f"{year - 1}-{raw}", f"%Y-{pattern_fmt}")
+        return at
+
+    # -- one line -----------------------------------------------------------------------------------------------
+
+    def read_line(self, text: str, year: int, file_time: float) -> list[Record]:
+        """Every record on one (unquoted) line."""
+        if "\x1b" in text:
+            text = ANSI.sub("", text)
+        lead: float | None = None
+        body = text
+        match = ISO_LEAD.match(body)
+        if match:
+            lead = utc(match.group(1), "%Y-%m-%d %H:%M:%S")
+            body = body[match.end() :]
+        found: list[Record] = []
+        if self.json and "{" in body and any(k in body for k in TRT_KEYS):
+            found.extend(json_records(body[body.find("{") :], lead))
+            if found:
+                return found
+        for head, segment in self._segments(body):
+            record = self._match(head, segment, year, file_time, lead)
+            if record is not None:
+                found.append(record)
+        return found
+
+    def _segments(self, body: str) -> list[tuple[tuple[str, dict[str, str | None]] | None, str]]:
+        """The line cut at every server prefix in it: (prefix, the text up to the next one)."""
+        heads: list[tuple[int, str, re.Match[str], re.Match[str] | None]] = []
+        for name, pattern, tag, needs, owners in self.cut:
+            if needs not in body or (owners and not any(k in body for k in owners)):
+                continue
+            for m in pattern.finditer(body):
+                before = tag.search(body, max(0, m.start() - 120), m.start()) if tag else None
+                heads.append((before.start() if before else m.start(), name, m, before))
+        if not heads:
+            return [(None, body)]
+        heads.sort(key=lambda h: h[0])
+        pieces: list[tuple[tuple[str, dict[str, str | None]] | None, str]] = []
+        if heads[0][0] > 0:  # a tqdm bar or other text before the first prefix
+            pieces.append((None, body[: heads[0][0]]))
+        for i, (_, name, m, before) in enumerate(heads):
+            end = heads[i + 1][0] if i + 1 < len(heads) else len(body)
+            tags = m.groupdict() | (before.groupdict() if before else {})
+            pieces.append(((name, tags), body[m.end() : max(end, m.end())]))
+        return pieces
+
+    def _match(
+        self,
+        head: tuple[str, dict[str, str | None]] | None,
+        segment: str,
+        year: int,
+        file_time: float,
+        lead: float | None,
+    ) -> Record | None:
+        if not self.wanted(segment):
+            return None
+        for line, pattern, optional in self.lines:
+            if line.keyword not in segment or (head is not None and head[0] not in (line.prefix, *self.generic)):
+                continue
+            hit = pattern.search(segment)
+            if hit is None:
+                continue
+            at = self._time(head[0], head[1]["time"] or "", year, file_time, lead) if head else lead
+            groups = {k: v for k, v in hit.groupdict().items() if v is not None}
+            for extra in optional:  # anywhere in the record: SGLang prints token usage before its core numbers
+                more = extra.search(segment)
+                if more:
+                    groups.update({k: v for k, v in more.groupdict().items() if v is not None})
+            values = {
+                k: BOOLEAN[v] if v in BOOLEAN else float(v) for k, v in groups.items() if k not in ("engine", "mode")
+            }
+            tags = head[1] if head is not None else {}
+            yearless = head is not None and lead is None and "%Y" not in self.prefixes[head[0]][1]
+            return Record(
+                at=at,
+                series=series_of(groups.get("engine"), tags),
+                server=line.server,
+                fmt=line.name,
+                values=values,
+                known_zero=tuple(f for f in line.absent_zero if f not in values),
+                itl_estimate=line.itl_estimate,
+                yearless=yearless,
+            )
+        return None
+
+
+def series_of(engine: str | None, tags: dict[str, str | None]) -> str:
+    """The series a line belongs to: a DP engine of one process."""
+    parts: list[str] = []
+    if tags.get("tid"):  # glog: one series per thread (a Mooncake engine per rank)
+        return f"thread {tags['tid']}"
+    if tags.get("pid"):
+        parts.append(f"pid {tags['pid']}")
+    rank_tags = dict(re.findall(r"([A-Z_]*[A-Z])(\d+)", tags.get("tags") or ""))
+    dp = engine if engine is not None else rank_tags.get("DP")
+    parts.append(str(int(dp)) if dp is not None else "0")
+    return "/".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorRT-LLM iteration records (JSON)
+
+
+def json_records(text: str, lead: float | None) -> list[Record]:
+    """The iteration records of one JSON text: an object or an array of them."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        try:  # an object followed by other text on the line
+            parsed, _ = json.JSONDecoder().raw_decode(text)
+        except ValueError:
+            return []
+    items = parsed if isinstance(parsed, list) else [parsed]
+    found = []
+    for item in items:
+        if isinstance(item, dict) and "iter" in item and "numActiveRequests" in item:
+            record = trtllm_record(item, lead)
+            if record is not None:
+                found.append(record)
+    return found
+
+
+def trtllm_record(record: dict, lead: float | None = None) -> Record | None:
+    """One TensorRT-LLM iteration-stats record (the JSON of trtllm-serve's /metrics, in a log)."""
+    at = lead
+    stamp = record.get("timestamp")
+    if isinstance(stamp, str):
+        try:  # microseconds kept: records come many per second
+            whole, _, fraction = stamp.partition(".")
+            at = utc(whole, TRT_TIME) + (float(f"0.{fraction}") if fraction.isdigit() else 0.0)
+        except ValueError:
+            at = lead
+    values: dict[str, float] = {}
+
+    def put(name: str, value: object) -> None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            values[name] = float(value)
+
+    put("running", record.get("numActiveRequests"))
+    put("waiting", record.get("numQueuedRequests"))
+    kv = record.get("kvCacheStats") or {}
+    if isinstance(kv, dict) and kv.get("maxNumBlocks"):
+        put("kv_ratio", kv.get("usedNumBlocks", 0) / kv["maxNumBlocks"])
+    batching = record.get("inflightBatchingStats") or {}
+    if isinstance(batching, dict):
+        put("trt_ctx_tokens", batching.get("numCtxTokens"))
+        gen = batching.get("numGenRequests")
+        per = batching.get("avgNumDecodedTokensPerIter") or 1.0
+        if isinstance(gen, (int, float)):
+            put("trt_gen_tokens", gen * per)
+        put("trt_paused", batching.get("numPausedRequests"))
+    latency = record.get("iterLatencyMS")
+    if isinstance(latency, (int, float)) and isinstance(batching, dict) and batching.get("numGenRequests"):
+        put("trt_step_seconds", latency / 1000.0)
+    iteration = record.get("iter")
+    return Record(
+        at=at,
+        series="0",
+        server="trtllm",
+        fmt="trtllm-iteration-json",
+        values=values,
+        known_zero=() if "trt_paused" in values else ("trt_paused",),
+        iterations=float(iteration) if isinstance(iteration, (int, float)) else None,
+    )
+
+
+class _JsonBlock:
+    """A JSON record pretty-printed over several lines (or an array of them): the lines until the brackets close."""
+
+    def __init__(self, first: str, lead: float | None):
+        self.parts = [first]
+        self.size = len(first)
+        self.depth = _depth(first)
+        self.lead = lead
+
+    def add(self, text: str) -> bool:
+        """Take one more line; True once the block is closed (or too long to be a record)."""
+        self.parts.append(text)
+        self.size += len(text)
+        self.depth += _depth(text)
+        return self.depth <= 0 or self.size > JSON_CAP_BYTES
+
+    def records(self) -> list[Record]:
+        text = "\n".join(self.parts)
+        if not any(k in text for k in TRT_KEYS):
+            return []
+        return json_records(text, self.lead)
+
+
+def _depth(text: str) -> int:
+    # iteration records hold no brackets inside their strings, so counting them is enough
+    return text.count("{") + text.count("[") - text.count("}") - text.count("]")
+
+
+def _json_start(text: str) -> tuple[str, float | None] | None:
+    """The start of a multi-line JSON text on this line (an open '{' or '[' that does not close on it)."""
+    lead = None
+    match = ISO_LEAD.match(text)
+    if match:
+        lead = utc(match.group(1), "%Y-%m-%d %H:%M:%S")
+        text = text[match.end() :]
+    if JSON_OPEN.match(text) and _depth(text) > 0:
+        return text, lead
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# files
+
+
+def _year_and_time(path: Path) -> tuple[int, float]:
+    stat = path.stat()
+    return datetime.fromtimestamp(stat.st_mtime, tz=timezone.utc).year, stat.st_mtime
+
+
+def _check(path: Path, max_bytes: int) -> None:
+    if path.is_dir():
+        raise InputFileError(f"{path} is a directory, not a log file")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise InputFileError(
+            f"{path} is {size / 1e6:.0f} MB, over the {max_bytes / 1e6:.0f} MB cap",
+            f"cut the log to the incident (grep the stat lines, or {option('since')}/{option('until')} on a "
+            f"shorter file), or raise {option('max_bytes')}",
+        )
+
+
+def iter_file(path: Path, reader: LineReader, counts: dict[str, int], first: list[str]) -> Iterator[Record]:
+    """The records of one file, streamed line by line."""
+    year, file_time = _year_and_time(path)
+    block: _JsonBlock | None = None
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for raw in handle:
+            if block is not None:
+                if not reader.wanted(raw):  # a stat line ends a block that never closed (not a record)
+                    if block.add(unquote_line(raw)):
+                        yield from block.records()
+                        block = None
+                    continue
+                block = None
+            if raw.isspace():
+                continue
+            counts["lines"] += 1
+            if len(first) < 3:
+                first.append(unquote_line(raw)[:80])
+            if reader.wanted(raw):
+                yield from reader.read_line(unquote_line(raw), year, file_time)
+            elif reader.json and ("{" in raw or "[" in raw):
+                text = unquote_line(raw)
+                if "{" in text and any(k in text for k in TRT_KEYS):
+                    yield from reader.read_line(text, year, file_time)
+                elif (start := _json_start(text)) is not None:
+                    block = _JsonBlock(*start)
+    if block is not None:
+        yield from block.records()
+
+
+@dataclass
+class LogScan:
+    """What a first pass over the files saw, holding no record: enough to resolve the window (its first and last
+    times), the logger's own interval (the gaps between a series' rate lines), the servers, and whether each file
+    is in time order. The second pass (``iter_records``) streams the records again, in time order."""
+
+    files: list[Path]
+    lines: int = 0
+    first_lines: list[str] = field(default_factory=list)
+    servers: set[str] = field(default_factory=set)
+    timed: int = 0
+    untimed: int = 0
+    gaps: array = field(default_factory=lambda: array("d"))  # seconds between a series' rate lines (one file)
+    unsorted: set[int] = field(default_factory=set)  # files whose records are not in time order: sorted in memory
+    reference: float | None = None  # the latest dated time (not yearless): the year of the yearless ones
+    _dated: list[float] = field(default_factory=lambda: [math.inf, -math.inf])
+    _yearless: list[float] = field(default_factory=lambda: [math.inf, -math.inf])
+
+    def rebase(self, at: float) -> float:
+        """A yearless time in the year of the log's dated lines (when it has any)."""
+        if self.reference is None:
+            return at
+        reference = datetime.fromtimestamp(self.reference, tz=timezone.utc)
+        moved = _with_year(datetime.fromtimestamp(at, tz=timezone.utc), reference.year)
+        if moved > self.reference + 86400:  # a December line before a January reference
+            moved = _with_year(datetime.fromtimestamp(at, tz=timezone.utc), reference.year - 1)
+        return moved
+
+    def bounds(self) -> tuple[float, float]:
+        """The first and the last record's time (yearless ones rebased)."""
+        low, high = self._dated
+        if self._yearless[0] <= self._yearless[1]:
+            low, high = min(low, self.rebase(self._yearless[0])), max(high, self.rebase(self._yearless[1]))
+        return low, high
+
+
+def _open_records(path: Path, max_bytes: int, reader: LineReader, counts: dict[str, int], first: list[str]):
+    try:
+        _check(path, max_bytes)
+        yield from iter_file(path, reader, counts, first)
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: no such file") from None
+    except PermissionError:
+        raise InputFileError(f"{path}: permission denied") from None
+
+
+def scan_logs(paths: list[Path], max_bytes: int, reader: LineReader, rate_fields: set[str]) -> LogScan:
+    """The first pass: counts, servers, time bounds, file order, the gaps between each series' rate lines."""
+    scan = LogScan(files=list(paths))
+    counts = {"lines": 0}
+    untimed_servers: set[str] = set()
+    for index, path in enumerate(paths):
+        last_at = -math.inf
+        last_rate: dict[tuple[str, str], float] = {}
+        for record in _open_records(path, max_bytes, reader, counts, scan.first_lines):
+            if record.at is None:
+                scan.untimed += 1
+                untimed_servers.add(record.server)
+                continue
+            scan.timed += 1
+            scan.servers.add(record.server)
+            span = scan._yearless if record.yearless else scan._dated
+            span[0], span[1] = min(span[0], record.at), max(span[1], record.at)
+            if record.at < last_at:
+                scan.unsorted.add(index)
+            last_at = max(last_at, record.at)
+            if not rate_fields.isdisjoint(record.values):
+                key = (record.series, record.fmt)
+                before = last_rate.get(key)
+                if before is not None and record.at > before:
+                    scan.gaps.append(record.at - before)
+                last_rate[key] = record.at
+    scan.lines = counts["lines"]
+    if not scan.timed:  # only then are the untimed records read
+        scan.servers = untimed_servers
+    else:
+        scan.reference = scan._dated[1] if scan._dated[0] <= scan._dated[1] else None
+    return scan
+
+
+def iter_records(scan: LogScan, reader: LineReader, max_bytes: int) -> Iterator[Record]:
+    """The second pass: timed records in time order (a file's own order within one moment; files merged as they
+    stream, a file out of order sorted in memory), yearless times rebased; untimed ones in the order given when no
+    record has a time (when some have, the untimed ones cannot be placed and are left out)."""
+    if not scan.timed:
+        order = 0
+        for path in scan.files:
+            for record in _open_records(path, max_bytes, reader, {"lines": 0}, []):
+                record.order = order
+                order += 1
+                yield record
+        return
+    streams = [_timed(scan, index, path, reader, max_bytes) for index, path in enumerate(scan.files)]
+    # SGLang prints a retraction on every TP rank of the scheduler: one event, many identical lines
+    moment: float | None = None
+    marks: set[tuple] = set()
+    for record in heapq.merge(*streams, key=lambda r: (r.at, r.order)):
+        if record.at != moment:
+            moment, marks = record.at, set()
+        if record.fmt == "sglang-retract":
+            mark = (record.series, tuple(sorted(record.values.items())))
+            if mark in marks:
+                continue
+            marks.add(mark)
+        yield record
+
+
+def _timed(scan: LogScan, index: int, path: Path, reader: LineReader, max_bytes: int) -> Iterator[Record]:
+    def records() -> Iterator[Record]:
+        for seq, record in enumerate(_open_records(path, max_bytes, reader, {"lines": 0}, [])):
+            if record.at is None:
+                continue
+            if record.yearless:
+                record.at = scan.rebase(record.at)
+            record.order = (index << 40) + seq
+            yield record
+
+    if index in scan.unsorted:
+        yield from sorted(records(), key=lambda r: (r.at, r.order))
+    else:
+        yield from records()
+
+
+def _with_year(at: datetime, year: int) -> float:
+    try:
+        return at.replace(year=year).timestamp()
+    except ValueError:  # 29 February in a year without one
+        return at.replace(year=year, day=28).timestamp()
+
+
+def holds_record(head: str, spec: LogSpec, json: bool = True) -> bool:
+    """Whether any line of a text (a file's head) holds a known stat record anywhere in it, once unquoted;
+    ``json=False`` leaves TensorRT-LLM's JSON records out (a JSON file is a /metrics dump as much as a log)."""
+    reader = LineReader(spec)
+    reader.json = json
+    return any(reader.wanted(raw) and reader.read_line(unquote_line(raw), 2000, 0.0) for raw in head.splitlines())
