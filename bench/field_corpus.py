@@ -1,8 +1,11 @@
 """The field corpus: real excerpts from public threads, each judged by `llmdiag analyze` against what its thread
 concluded.
 
-Each case is a directory under tests/fixtures/field/ holding the excerpt file(s), verbatim, and a case.toml (its
-provenance, the thread's conclusion and the expected outcome; the format is in tests/fixtures/field/README.md).
+Each case is a directory under tests/fixtures/field/ holding the excerpt file(s), verbatim, and a case.toml: title,
+server, files (in the order given to analyze); [provenance] repository, thread, posted, excerpt_note; [conclusion]
+text, class (what the thread concluded: a capacity class, stalled, metric-bug, healthy, idle or none); [expect] read,
+class (the verdict llmdiag should give, "" where none is judged), advisory (finding codes accepted instead where the
+excerpt stops before the failure).
 This module loads the cases, runs `llmdiag analyze FILES --json` once per case (in threads: each run is its own
 process), scores each run and sums the scores per conclusion class. tests/e2e/test_field_corpus.py judges with
 the same functions (through tests/support/field_corpus.py), so the README's table and the test cannot disagree.
