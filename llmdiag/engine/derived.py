@@ -336,6 +336,19 @@ def no_progress(signals: SignalSet) -> float:
     return times[-1] - since
 
 
+@derived(
+    "tokens_processed_per_second",
+    formula="output tokens/s + prompt tokens/s over the window (one stat line: over the interval it reports)",
+)
+def tokens_processed(signals: SignalSet) -> float:
+    # a capacity verdict needs a server that works: one producing no token while requests run is stuck (or its
+    # numbers are wrong), whatever its gauges say; a /metrics dump has no rate at all and is not judged by this
+    rates = [s.stats["rate"] for name in PROGRESS_SIGNALS[:2] if (s := _usable(signals, name, "rate")) is not None]
+    if not rates:
+        raise Missing("no token rate: one /metrics dump, or a log without throughput")
+    return sum(rates)
+
+
 def _fit(samples: list[tuple[float, float]]) -> tuple[float, float, float]:
     """Least-squares line through the points: slope per second, the value fitted at the last point, and R²."""
     n = len(samples)
@@ -401,6 +414,28 @@ def generation_throughput_trend(signals: SignalSet) -> float:
 @derived("queue_over_running_ratio", formula="requests_waiting_avg / max(requests_running_avg, 1)")
 def queue_over_running(signals: SignalSet) -> float:
     return requests_waiting_avg(signals) / max(requests_running_avg(signals), 1.0)
+
+
+@derived(
+    "queue_clears_in_window_ratio",
+    formula="(last queue / its fall per second since its peak) / the seconds the readings span",
+)
+def queue_clears_in_window(signals: SignalSet) -> float:
+    """How long the queue left at the end takes to clear at the pace it fell since its peak, in windows: below 1 a
+    burst is being admitted and drains within another window like this one; a standing queue never falls."""
+    if signals.window.kind == "snapshot":
+        raise Missing("one moment: a queue's fall shows only between two readings")
+    waiting = signals.get("requests_waiting")
+    if waiting is None or waiting.unavailable is not None or len(waiting.samples) < STALL_READINGS:
+        raise Missing("fewer than two readings of the queue")
+    points = sorted(waiting.samples)
+    peak_at, peak = max(points, key=lambda p: (p[1], -p[0]))  # the first reading at the peak
+    end_at, last = points[-1]
+    span = end_at - points[0][0]
+    if last >= peak or end_at <= peak_at or span <= 0:
+        raise Missing("the queue did not fall from its peak")
+    pace = (peak - last) / (end_at - peak_at)
+    return (last / pace) / span
 
 
 # the fastest HBM in the GPU table, and the fewest bytes a weight can take (4-bit): no deployment decodes one request

@@ -162,9 +162,10 @@ def test_live_stuck_with_kv_headroom_and_a_queue_keeps_scheduling_below_half():
     verdict = build_verdict(readings.signal_set("vllm"))
     assert_stalled(verdict, "SCH003")
     assert evidence(verdict, "SCH003")["no_progress_seconds.value"] == 20.0
-    # 12 waiting behind 4 running fires the queue rule too: a symptom of the hang
-    assert any(f.code == "SCH012" for f in verdict.findings)
-    assert verdict.class_confidence["scheduling"] < 0.5
+    # 12 waiting behind 4 running with no token made in the whole window: a queue behind a stuck engine, not an
+    # admission cap, so the queue rule stays silent and scheduling has no confidence at all
+    assert not any(f.code == "SCH012" for f in verdict.findings)
+    assert verdict.class_confidence.get("scheduling", 0.0) < 0.5
 
 
 def test_live_stuck_with_kv_full():
