@@ -63,8 +63,9 @@ TELEMETRY_PROBES = {Category.network: frozenset({"dcgm", "nvml"})}
 STALL_CAPACITY_CAP = 0.45
 # a class that fired but lost to the verdict's class: at most this share of the confidence it would have had
 RIVAL_SHARE = 0.5
-# one moment (no rates, no trend) never supports a high confidence
-SNAPSHOT_CONFIDENCE_CAP = 0.6
+# one moment (no rates, no trend) cannot tell a lasting limit from a passing state or a hang that began after it:
+# its class is named, below the 0.5 from which a verdict counts as confident (the standard: windows, not samples)
+SNAPSHOT_CONFIDENCE_CAP = 0.45
 
 
 def _lookup(signals: SignalSet, ref: SignalRef) -> tuple[float | None, str]:

@@ -242,13 +242,14 @@ def test_snapshot_queue_fifty_times_the_batch_with_kv_room_is_scheduling_not_hea
     found = evidence(verdict, "SCH012")
     assert found["queue_over_running_ratio.value"] == 250 / 5
     assert found["requests_waiting.last"] == 250 and found["requests_running.last"] == 5
-    assert verdict.confidence <= 0.6
+    # one moment names the class but is never a confident verdict: it cannot tell a limit from a passing state
+    assert verdict.confidence < 0.5 and verdict.window.kind == "snapshot"
 
 
 def test_snapshot_of_an_idle_server():
     verdict = build_verdict(snapshot(requests_running=0, requests_waiting=0, kv_cache_usage_ratio=0.0))
     assert verdict.bottleneck is Bottleneck.idle
-    assert verdict.confidence <= 0.6 and "one snapshot" in verdict.summary
+    assert verdict.confidence < 0.5 and "one snapshot" in verdict.summary
 
 
 # --- trends ---------------------------------------------------------------------------------------------------------
