@@ -217,10 +217,14 @@ def _format_of(text: str) -> str | None:
         return "query"
     if re.search(r"\|\s*GPU\s+Name\b.*\|", text) or re.search(r"NVIDIA-SMI \d", text):
         return "table"
+    # a table pasted from its middle (header cut off): its GPU rows are still the table's
+    if TABLE_GPU_ROW_RE.search(text):
+        return "table"
     return None
 
 
 # one GPU's own line in each format: a table row with its PCI bus id, a -q section head, an XML <gpu> element
+TABLE_GPU_ROW_RE = re.compile(r"\|\s*\d+\s+.+?\s(?:On|Off)\s*\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d")
 GPU_MARKERS = {
     "table": re.compile(r"\|\s*\d+\s+.+?\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d"),
     "query": re.compile(r"^[\s>]*GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s*$", re.MULTILINE),
@@ -272,6 +276,16 @@ def _timestamp(text: str) -> float | None:
 # ---------------------------------------------------------------------------------------------
 # the default table
 
+# what the table prints for each GPU, on its row and the row below: a paste cut before them has none
+TABLE_READINGS = (
+    "nvml_ecc_uncorrected_volatile_total",
+    "nvml_temperature_celsius",
+    "nvml_power_milliwatts",
+    "nvml_power_limit_milliwatts",
+    "nvml_memory_used_bytes",
+    "nvml_memory_total_bytes",
+    "nvml_gpu_utilization_percent",
+)
 GPU_ROW_RE = re.compile(r"^(\d+)\s+(.+?)\s+(On|Off)$")
 BUS_RE = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d")
 STATS_RE = re.compile(r"^(\S+)\s+(\S+?)C?\s+(P\d+|N/A|ERR!)\s+(\S+?)\s*/\s*(\S+)$")
@@ -304,9 +318,10 @@ def _parse_table(text: str) -> Snapshot:
             _table_process(cells[0], processes)
             continue
         head = GPU_ROW_RE.match(cells[0])
-        if head and len(cells) >= 3 and BUS_RE.match(cells[1]):
+        if head and len(cells) >= 2 and BUS_RE.match(cells[1]):
             current = gpus.setdefault(int(head.group(1)), Gpu(index=int(head.group(1)), name=head.group(2)))
-            _put(current, "nvml_ecc_uncorrected_volatile_total", cells[2])
+            if len(cells) >= 3 and cells[2]:  # a paste cut after the bus id has no ECC cell
+                _put(current, "nvml_ecc_uncorrected_volatile_total", cells[2])
             continue
         stats = STATS_RE.match(cells[0]) if current is not None else None
         if current is not None and stats and len(cells) >= 3:
@@ -325,6 +340,9 @@ def _parse_table(text: str) -> Snapshot:
             gpu.processes = processes.get(gpu.index, [])
         for sample in QUERY_ONLY:
             gpu.unavailable.setdefault(sample, "the default nvidia-smi table does not show it: nvidia-smi -q does")
+        for sample in TABLE_READINGS:
+            if sample not in gpu.values:
+                gpu.unavailable.setdefault(sample, f"GPU {gpu.index}: the table is cut off before this reading")
     driver = re.search(r"(?:Driver|KMD) Version:\s*(\S+)", text)
     cuda = re.search(r"CUDA (?:UMD )?Version:\s*(\S+)", text)
     return Snapshot(
@@ -592,6 +610,7 @@ def collect_nvidia_smi(text: str, origin: str) -> SignalSet:
     if not snapshot.gpus:
         raise InputFileError(f"{origin}: nvidia-smi output without a single GPU row", HINT)
     scrape = _scrape(snapshot)
+    cut = any("cut off" in gpu.unavailable.get("nvml_memory_total_bytes", "") for gpu in snapshot.gpus)
     signals = build_signal_set(load_probe("nvml"), [scrape], origin)
     command = FORMATS[snapshot.fmt]
     for name, signal in list(signals.signals.items()):
@@ -603,7 +622,8 @@ def collect_nvidia_smi(text: str, origin: str) -> SignalSet:
             kind="gauge",
             unit="count",
             stats=dict.fromkeys(("last", "mean", "min", "max"), float(len(snapshot.gpus))),
-            source=f"{command} ({origin}): GPUs listed",
+            source=f"{command} ({origin}): GPUs listed"
+            + (" (the paste is cut off: at least this many)" if cut else ""),
             verify=f"{command} -L",
         )
     )
