@@ -327,3 +327,19 @@ def test_a_table_pasted_from_its_middle_without_any_header():
     assert stat(signals, "gpu_memory_total_bytes", "max") == 81920 * MIB
     count = signals.get("gpu_count")
     assert count is not None and "at least" not in count.source
+
+
+def test_nvlink_status_gives_each_whole_gpus_links_and_leaves_a_cut_one_unavailable():
+    path = FIELD / "mixed-nccl-tests-p2p-level-loc-forces-shm" / "nvidia-smi-nvlink.txt"
+    assert looks_like_nvidia_smi(path.read_text())
+    signals = collect_nvidia_smi(path.read_text(), path.name)
+    # GPUs 0 and 1: 'Link 0: 25 GB/s' … 'Link 11: 25 GB/s'; GPU 2 shows Link 0, then the poster's '......'
+    links = signals.get("nvlink_active_links")
+    assert links is not None and links.by_series == {"gpu=0": 12.0, "gpu=1": 12.0}
+    capacity = signals.get("nvlink_capacity_bytes_per_second")
+    assert capacity is not None and capacity.stat("min") == 12 * 25e9
+    count = signals.get("gpu_count")
+    assert count is not None and count.stat("last") == 3 and "at least" in count.source
+    assert signals.sources[0].config["gpu"] == "A100"
+    util = signals.get("gpu_utilization_ratio")
+    assert util is not None and util.stat("max") is None and "links only" in (util.unavailable or "")
