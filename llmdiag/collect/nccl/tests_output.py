@@ -145,12 +145,22 @@ def _op(out: NcclTestsOutput) -> str:
     return out.program or "collective"
 
 
-def expected_link(out: NcclTestsOutput) -> tuple[str | None, float | None, str]:
-    """The link class the output's traffic crosses, its expected busbw, and how it was named (or why not)."""
+def expected_link(out: NcclTestsOutput, transports: set[str] | None = None) -> tuple[str | None, float | None, str]:
+    """The link class the output's traffic crosses, its expected busbw, and how it was named (or why not).
+
+    ``transports``: NCCL's 'via …' transports printed beside the table ('NET/IB/0/GDRDMA', 'SHM/direct/direct'): a
+    connection over the network means the ranks span nodes, whatever the rank list shows."""
     from llmdiag.collect.telemetry.nvidia_smi import catalogue_gpu
     from llmdiag.physics.hardware import find_gpu
     from llmdiag.schema.links import describe_link, load_links
 
+    if any(via.upper().startswith("NET/") for via in transports or ()):
+        return (
+            None,
+            None,
+            "NCCL's lines show connections over the network ('via NET/…'): the network sets busbw, and neither "
+            "nccl-tests nor NCCL prints its speed (ibstat shows each NIC's rate)",
+        )
     if not out.hosts:
         return None, None, "the output lists no ranks ('# Using devices'): which link its traffic crosses is not shown"
     if len(out.hosts) > 1:
@@ -191,7 +201,8 @@ def collect_nccl_tests(text: str, origin: str) -> SignalSet:
     op = _op(out)
     largest = max(out.rows, key=lambda row: row.size_bytes)
     source = f"nccl-tests ({origin}): {op} busbw at {largest.size_bytes} bytes (better of out-of-place and in-place)"
-    link, expected, how = expected_link(out)
+    transports = set(parse_nccl_log(text).connections.values())
+    link, expected, how = expected_link(out, transports)
     signals = SignalSet(
         window=Window(kind="window", note="one nccl-tests run: its rows are averages over its iterations"),
     )
@@ -220,11 +231,13 @@ def collect_nccl_tests(text: str, origin: str) -> SignalSet:
     else:
         why, ratio = f"unavailable: {how}", None
     signals.add(_signal("collective_bus_bandwidth_vs_link_ratio", "ratio", ratio, why, source))
-    signals.sources = [_source_info(out, op, link, how, origin, text)]
+    signals.sources = [_source_info(out, op, link, how, origin, transports)]
     return signals
 
 
-def _source_info(out: NcclTestsOutput, op: str, link: str | None, how: str, origin: str, text: str) -> SourceInfo:
+def _source_info(
+    out: NcclTestsOutput, op: str, link: str | None, how: str, origin: str, transports: set[str]
+) -> SourceInfo:
     config = {"collective": op, "rows": str(len(out.rows)), "largest_bytes": str(max(r.size_bytes for r in out.rows))}
     if out.avg_busbw_bytes_per_second is not None:
         config["avg_bus_bandwidth"] = f"{out.avg_busbw_bytes_per_second / GB:g} GB/s (every size, small ones included)"
@@ -238,8 +251,7 @@ def _source_info(out: NcclTestsOutput, op: str, link: str | None, how: str, orig
     wrong = sum(row.wrong for row in out.rows)
     if wrong:
         config["wrong_elements"] = f"{wrong:g} (a wrong result: the figures are not to be trusted)"
-    transports = sorted(set(parse_nccl_log(text).connections.values()))
     if transports:
-        config["transports"] = ", ".join(transports)
+        config["transports"] = ", ".join(sorted(transports))
     note = f"{len(out.rows)} result rows" + (f", {out.ranks} ranks" if out.ranks else "")
     return SourceInfo(probe=PROBE, url=origin, server="nccl-tests", note=note, config=config)

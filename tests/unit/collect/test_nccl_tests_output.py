@@ -119,3 +119,13 @@ def test_no_whole_row_is_refused():
         collect_nccl_tests(
             "#       size         count      type   redop    root     time   algbw   busbw #wrong\n", "x"
         )
+
+
+def test_a_connection_over_the_network_means_the_network_link_whatever_the_rank_list():
+    # nccl-tests #252's NCCL lines: P2P/CUMEM inside each host and '[send] via NET/IBext_v8/0/GDRDMA' between them
+    lines = (FIXTURES / "nccl" / "multinode-ib-p2p-cumem.txt").read_text()
+    transports = {via for via in lines.split() if via.startswith(("NET/", "P2P/"))}
+    assert any(via.startswith("NET/") for via in transports)
+    one_host = NcclTestsOutput(hosts={"node"}, gpus={"NVIDIA H100 80GB HBM3": 8})
+    name, expected, how = expected_link(one_host, transports)
+    assert name is None and expected is None and "via NET" in how
