@@ -57,6 +57,9 @@ OPS = {"sum", "prod", "max", "min", "avg", "mulsum", "premulsum", "none"}
 NUMBER_RE = re.compile(r"^-?[0-9.]+(?:e[-+]?\d+)?$")
 # numbers after the root per side: time algbw busbw #wrong, and 4 more with per-iteration timing (-I 1)
 SIDE_WIDTHS = (4, 8)
+# a launcher's tag on each printed piece: mpirun --tag-output's '[1,0]<stdout>:', or '[0]' before each field group
+# of a rank's line (NVIDIA/nccl#1453)
+TAG_RE = re.compile(r"\[\d+(?:,\d+)?\](?:<std(?:out|err)>:)?")
 OP_NAMES = {"alltoall": "all_to_all"}
 
 
@@ -89,7 +92,7 @@ def looks_like_nccl_tests(text: str) -> bool:
 def _row(line: str) -> Row | None:
     """One result row: size, count, type, [redop], [root], then out-of-place and in-place figures; None for any
     other line, and for a row cut before its first busbw."""
-    tokens = line.split()
+    tokens = TAG_RE.sub(" ", line).split()
     if len(tokens) < 7 or not (tokens[0].isdigit() and tokens[1].isdigit()) or tokens[2] not in TYPES:
         return None
     at = 3

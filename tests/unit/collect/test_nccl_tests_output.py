@@ -129,3 +129,12 @@ def test_a_connection_over_the_network_means_the_network_link_whatever_the_rank_
     one_host = NcclTestsOutput(hosts={"node"}, gpus={"NVIDIA H100 80GB HBM3": 8})
     name, expected, how = expected_link(one_host, transports)
     assert name is None and expected is None and "via NET" in how
+
+
+def test_rows_tagged_by_the_launcher():
+    signals = collect("mpirun-tagged-rows-allreduce-collapse.txt")
+    out = parse_nccl_tests((OUTPUTS / "mpirun-tagged-rows-allreduce-collapse.txt").read_text())
+    assert len(out.rows) == 10 and out.rows[0].size_bytes == 1048576
+    # 536870912 B: 5.31 out-of-place, 5.33 in-place; 33554432 B reached 29.50 before the collapse
+    assert value(signals, "collective_bus_bandwidth_bytes_per_second") == pytest.approx(5.33e9)
+    assert out.rows[5].busbw_bytes_per_second == pytest.approx(29.50e9)
