@@ -43,17 +43,17 @@ HEADER_RE = re.compile(r"#?\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)
 RANK_RE = re.compile(
     r"#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$"
 )
-COLUMNS_RE = re.compile(r"#?\s*size\s+count\s+type\s+redop\b.*\bbusbw\b")
 AVG_RE = re.compile(r"#?\s*Avg bus bandwidth\s*:\s*([0-9.]+(?:e[-+]?\d+)?)")
 PROGRAM_RE = re.compile(
     r"\b(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|sendrecv|gather|scatter|hypercube)_perf\b"
 )
-# nccl-tests' type and op names (src/common.cu: test_typenames, test_opnames)
+# nccl-tests' type and op names (src/common.cu: test_typenames, test_opnames; 'char' and 'int' before NCCL 2.x's
+# sized names; 'none' where the collective has no reduction)
 TYPES = {
     "int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16",
-    "f8e4m3", "f8e5m2", "fp8_e4m3", "fp8_e5m2", "char", "int",
+    "f8e4m3", "f8e5m2", "char", "int",
 }  # fmt: skip
-OPS = {"sum", "prod", "max", "min", "avg", "mulsum", "premulsum", "none"}
+OPS = {"sum", "prod", "max", "min", "avg", "mulsum", "none"}
 NUMBER_RE = re.compile(r"^-?[0-9.]+(?:e[-+]?\d+)?$")
 # numbers after the root per side: time algbw busbw #wrong, and 4 more with per-iteration timing (-I 1)
 SIDE_WIDTHS = (4, 8)
