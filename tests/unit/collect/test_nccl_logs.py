@@ -224,3 +224,12 @@ def test_nic_and_setting_lines_are_data():
     config = signals.sources[0].config
     assert config["nics"] == "mlx5_0:1 (IB), mlx5_2:1 (IB)"
     assert "NCCL_IB_DISABLE=0" in config["env"]
+
+
+def test_number_free_nccl_lines_inside_another_kind_of_file_do_not_refuse_it():
+    # plugin-loading lines alone are refused; beside a vLLM log's lines they are read as they are
+    plugins = (NCCL / "plugins-only.txt").read_text()
+    server = (FIXTURES / "logs" / "vllm-0.32-healthy.log").read_text()
+    signals = collect_nccl_log(server + plugins, "mixed.log")
+    assert value(signals, "nccl_warnings") == 0
+    assert signals.signals["nccl_p2p_connections"].unavailable

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from llmdiag.collect.evidence import classify, read_head
+from llmdiag.collect.nccl.logs import collect_nccl_log
 from llmdiag.collect.nccl.tests_output import (
     NcclTestsOutput,
     collect_nccl_tests,
@@ -138,3 +139,12 @@ def test_rows_tagged_by_the_launcher():
     # 536870912 B: 5.31 out-of-place, 5.33 in-place; 33554432 B reached 29.50 before the collapse
     assert value(signals, "collective_bus_bandwidth_bytes_per_second") == pytest.approx(5.33e9)
     assert out.rows[5].busbw_bytes_per_second == pytest.approx(29.50e9)
+
+
+def test_nccl_tests_output_with_number_free_nccl_lines_is_read_whole():
+    # plugin-loading INFO lines (no number NCCL chose) above a real table: the table is the data, nothing refuses it
+    plugins = (FIXTURES / "nccl" / "plugins-only.txt").read_text()
+    path = FIXTURES / "nccl" / "nccl-tests" / "rtx4090-x4-large-sizes.txt"
+    text = plugins + path.read_text()
+    assert collect_nccl_log(text, "x").signals["nccl_warnings"].stat("value") == 0
+    assert value(collect_nccl_tests(text, "x"), "collective_bus_bandwidth_bytes_per_second") == pytest.approx(25.95e9)
