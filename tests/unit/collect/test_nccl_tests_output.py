@@ -19,6 +19,7 @@ from llmdiag.collect.nccl.tests_output import (
 from llmdiag.errors import InputFileError
 from llmdiag.model import SignalSet
 from llmdiag.schema.links import describe_link
+from llmdiag.schema.loader import load_signal_registry
 from tests.conftest import FIXTURES
 
 OUTPUTS = FIXTURES / "nccl" / "nccl-tests"
@@ -148,3 +149,11 @@ def test_nccl_tests_output_with_number_free_nccl_lines_is_read_whole():
     text = plugins + path.read_text()
     assert collect_nccl_log(text, "x").signals["nccl_warnings"].stat("value") == 0
     assert value(collect_nccl_tests(text, "x"), "collective_bus_bandwidth_bytes_per_second") == pytest.approx(25.95e9)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in OUTPUTS.glob("*.txt")))
+def test_every_signal_is_declared_for_the_nccl_tests_producer(name: str):
+    registry = load_signal_registry()
+    signals = collect(name)
+    assert registry.produced_problems(signals.signals.values(), "nccl-tests") == []
+    assert set(signals.signals) == set(registry.produced_by("nccl-tests"))
