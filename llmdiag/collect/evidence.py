@@ -140,6 +140,18 @@ def _is_nccl_log(head: Head) -> bool:
     return looks_like_nccl_log(head.text)
 
 
+def _is_nccl_tests(head: Head) -> bool:
+    from llmdiag.collect.nccl.tests_output import looks_like_nccl_tests
+
+    return looks_like_nccl_tests(head.text)
+
+
+def _read_nccl_tests(paths: list[Path], options: ReadOptions) -> SignalSet:
+    from llmdiag.collect.nccl.tests_output import collect_nccl_tests
+
+    return each(collect_nccl_tests)(paths, options)
+
+
 def _read_nvidia_smi(paths: list[Path], options: ReadOptions) -> SignalSet:
     from llmdiag.collect.telemetry.nvidia_smi import collect_nvidia_smi
 
@@ -160,6 +172,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("dump", "TensorRT-LLM JSON iteration stats", _is_trtllm_json, _read_dumps, True),
     Kind("dump", "metrics page without a readable sample", _is_unreadable_page, _read_dumps, True),
     Kind("nvidia-smi", "nvidia-smi output", _is_nvidia_smi, _read_nvidia_smi, False),
+    Kind("nccl-tests", "nccl-tests output", _is_nccl_tests, _read_nccl_tests, False),
     Kind("log", "server log", _holds_log_record, _read_logs, True),
     NCCL_LOG,
     Kind("dump", "metrics page of an unrecognised server", _is_any_page, _read_dumps, True),
@@ -169,7 +182,7 @@ KINDS: tuple[Kind, ...] = (
 # what the stat lines cannot (transports, watchdog timeouts)
 COMPANIONS: tuple[Kind, ...] = (NCCL_LOG,)
 # the order sources are combined in: the logs' window first, then the server's pages, then the GPUs and the links
-COMBINE_ORDER = ("log", "dump", "dcgm", "nvidia-smi", "nccl-log")
+COMBINE_ORDER = ("log", "dump", "dcgm", "nvidia-smi", "nccl-tests", "nccl-log")
 
 
 def each(collect: Callable[[str, str], SignalSet]) -> Reader:

@@ -49,6 +49,15 @@ TIMEOUT_RE = re.compile(
     r"(?:\[Rank (\d+)\] )?Watchdog caught collective operation timeout: WorkNCCL\((.*?)\) ran for (\d+) milliseconds"
 )
 TORCH_NCCL_RE = re.compile(r"ProcessGroupNCCL|WorkNCCL")
+# the network NCCL picked says, per NIC, whether GPU memory can be registered with it (GPUDirect RDMA): 'NET/IB :
+# GPU Direct RDMA Disabled for HCA 0 'mlx5_0'' (' (no module)' before 2.19), '… (DMABUF) enabled for HCA …'. Sockets
+# print it too and never have it: only an RDMA-capable network counts.
+GDR_RE = re.compile(
+    r"\bNET/([\w ./-]+?)\s*:\s*GPU Direct RDMA (?:\(DMABUF\) )?(Disabled|Enabled) for HCA (\d+) '([^']+)'", re.I
+)
+# the NICs NCCL's network found: 'NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_2:1/IB [RO]; OOB …'
+NICS_RE = re.compile(r"\bNET/(\w+)\s*:\s*Using ((?:\[\d+\]\S+\s*)+)")
+DRIVER_RE = re.compile(r"\bcudaDriverVersion (\d+)")
 # a WARN about the peer-to-peer path itself (CUDA IPC, peer access, cuMem P2P import)
 P2P_WARN_RE = re.compile(r"CUDA IPC|cudaIpc|peer access|\bP2P\b|p2p\.cc|Cuda failure 217|cuMem\w*Import", re.I)
 # a WARN from the network transport about a failed transfer or connection (not a missing library at start-up)
@@ -77,8 +86,12 @@ class NcclLog:
     warnings: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     timeouts: dict[tuple[str, str], tuple[str, float, float | None]] = field(default_factory=dict)
+    gdr: dict[str, bool] = field(default_factory=dict)  # NIC → GPUDirect RDMA enabled, on an RDMA network
+    nics: dict[str, str] = field(default_factory=dict)  # NIC → the network NCCL found it on ('IB')
+    cuda_driver: str = ""
 
     def has_numbers(self) -> bool:
+        """Anything NCCL measured or chose: a version, a size, a transport, a NIC, a setting, a warning, a timeout."""
         return bool(
             self.version
             or self.nranks
@@ -87,6 +100,10 @@ class NcclLog:
             or self.ring_channels
             or self.warnings
             or self.timeouts
+            or self.env
+            or self.gdr
+            or self.nics
+            or self.cuda_driver
         )
 
 
@@ -132,6 +149,16 @@ def _read_line(line: str, log: NcclLog) -> None:
     env = ENV_RE.search(line)
     if env:
         log.env[env.group(1)] = env.group(2)
+    gdr = GDR_RE.search(line)
+    if gdr and not gdr.group(1).strip().lower().startswith("socket"):
+        log.gdr[gdr.group(4)] = gdr.group(2).lower() == "enabled"
+    nics = NICS_RE.search(line)
+    if nics:
+        for nic in re.findall(r"\[\d+\]([\w.-]+:\d+)/\w+", nics.group(2)):  # a cut 'mlx5_0:1/' is no NIC
+            log.nics[nic] = nics.group(1)
+    driver = DRIVER_RE.search(line)
+    if driver:
+        log.cuda_driver = driver.group(1)
     for rank, args, ran_ms in TIMEOUT_RE.findall(line):
         fields = dict(re.findall(r"(\w+(?:\(ms\))?)=([^,]+)", args))
         key = (rank or "?", fields.get("SeqNum", args))
@@ -229,13 +256,15 @@ def _timeout_signals(log: NcclLog, where: str) -> list[Signal]:
 def collect_nccl_log(text: str, origin: str) -> SignalSet:
     """An NCCL debug log (with or without PyTorch's watchdog lines) as network signals.
 
-    Raises ``InputFileError`` for a log with no numbers at all (no version, ranks, connection, channel summary,
-    warning or timeout): the only refusal.
+    Raises ``InputFileError`` for a log with no numbers at all (no version, ranks, connection, channel summary, NIC,
+    setting, warning or timeout) and nothing else beside NCCL's lines: the only refusal. NCCL's lines inside a file
+    of another kind (a server log, nccl-tests' output) are read as they are, whatever they hold: the file is data.
     """
     log = parse_nccl_log(text)
-    if not log.has_numbers():
+    if not log.has_numbers() and not _other_data(text):
         raise InputFileError(
-            f"{origin}: an NCCL log with no numbers (no version, nranks, 'via' transport, warning or timeout line)",
+            f"{origin}: an NCCL log with no numbers (no version, nranks, 'via' transport, NIC, setting, warning or "
+            "timeout line)",
             HINT,
         )
     where = f"NCCL log ({origin})"
@@ -253,9 +282,38 @@ def collect_nccl_log(text: str, origin: str) -> SignalSet:
             "the log has no channel summary with NVLS (NCCL 2.17 and later print 'N nvls channels' at init)",
         )
     )
+    signals.add(_gdr_signal(log, where))
     signals.sources = [_source_info(log, origin)]
     signals.window = Window(kind="lifetime", note="an NCCL log has no time base: counts are of the whole file")
     return signals
+
+
+def _gdr_signal(log: NcclLog, where: str) -> Signal:
+    """NICs of NCCL's RDMA network with GPUDirect RDMA off: every byte between nodes is staged through host memory.
+    Unavailable where NCCL printed no GDR line, and where its connection lines show no traffic over the network at
+    all (GPUs of one host: GDR does not matter there)."""
+    name, source = "nccl_gdr_disabled_nics", f"{where}: 'NET/… : GPU Direct RDMA Disabled for HCA N' lines"
+    if not log.gdr:
+        why = "the log has no 'GPU Direct RDMA … for HCA' line (NCCL_DEBUG=INFO prints one per NIC of an RDMA network)"
+        return Signal.missing(name, "derived", "count", why, source=source)
+    if log.connections and not any(_family(via) == "NET" for via in log.connections.values()):
+        why = "every connection in the log is within one host (no 'via NET/…'): GPUDirect RDMA is not used"
+        return Signal.missing(name, "derived", "count", why, source=source)
+    off = {nic: 1.0 for nic, enabled in log.gdr.items() if not enabled}
+    return _count(name, float(len(off)), "count", source, "", off)
+
+
+def _other_data(text: str) -> bool:
+    """Whether the text is a file of another kind that carries NCCL's lines: a server log's stat records, nccl-tests'
+    result rows or metric samples (prose with a number in it is not data)."""
+    from llmdiag.collect.exposition import sample_name
+    from llmdiag.collect.log_lines import holds_record
+    from llmdiag.collect.nccl.tests_output import looks_like_nccl_tests
+    from llmdiag.schema.logs import load_log_spec
+
+    if looks_like_nccl_tests(text) or holds_record(text, load_log_spec(), json=False):
+        return True
+    return any(sample_name(line) for line in data_lines(text) if not NCCL_LINE_RE.search(line))
 
 
 def _ranks(log: NcclLog, where: str) -> Signal:
@@ -273,6 +331,12 @@ def _source_info(log: NcclLog, origin: str) -> SourceInfo:
     config: dict[str, str] = {}
     if log.version:
         config["nccl_version"] = log.version + (f"+cuda{log.cuda}" if log.cuda else "")
+    if log.nics:
+        config["nics"] = ", ".join(f"{nic} ({net})" for nic, net in sorted(log.nics.items()))
+    if log.gdr:
+        config["gpudirect_rdma"] = ", ".join(f"{nic} {'on' if on else 'off'}" for nic, on in sorted(log.gdr.items()))
+    if log.cuda_driver:
+        config["cuda_driver"] = log.cuda_driver
     if log.env:
         config["env"] = ", ".join(f"{k}={v}" for k, v in sorted(log.env.items()))
     families = sorted({_family(via) for via in log.connections.values()})

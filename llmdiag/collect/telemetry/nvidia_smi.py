@@ -1,5 +1,6 @@
-"""nvidia-smi output pasted into a bug report, as GPU evidence: the default table, ``nvidia-smi -q`` and
-``nvidia-smi -q -x``, alone or beside the server's own files.
+"""nvidia-smi output pasted into a bug report, as GPU evidence: the default table, ``nvidia-smi -q``,
+``nvidia-smi -q -x`` and ``nvidia-smi nvlink -s`` (each GPU's links), alone or beside the server's own files. A paste
+cut short keeps what it shows: a GPU row without its readings is the GPU, its readings unavailable ('cut off').
 
 Each format is read into the same ``nvml_*`` samples NVML gives (one scrape, one label ``gpu`` per GPU and
 ``process`` per compute process), and probes/nvml.toml turns them into signals: the GPU rules read one vocabulary
@@ -29,7 +30,7 @@ from llmdiag.schema.loader import load_probe
 
 MIB = 1024.0**2
 PROBE = "nvidia-smi"
-FORMATS = {"table": "nvidia-smi", "query": "nvidia-smi -q", "xml": "nvidia-smi -q -x"}
+FORMATS = {"table": "nvidia-smi", "query": "nvidia-smi -q", "xml": "nvidia-smi -q -x", "nvlink": "nvidia-smi nvlink -s"}
 HINT = (
     "paste the whole output of nvidia-smi (the table with its GPU rows), nvidia-smi -q or nvidia-smi -q -x, "
     "as the command printed it"
@@ -213,15 +214,27 @@ class Snapshot:
 def _format_of(text: str) -> str | None:
     if "<nvidia_smi_log" in text:
         return "xml"
+    if NVLINK_GPU_RE.search(text) and NVLINK_LINK_RE.search(text):
+        return "nvlink"
     if "NVSMI LOG" in text or re.search(r"^\s*(?:>\s*)*Attached GPUs\s+:", text, re.MULTILINE):
         return "query"
     if re.search(r"\|\s*GPU\s+Name\b.*\|", text) or re.search(r"NVIDIA-SMI \d", text):
+        return "table"
+    # a table pasted from its middle (header cut off): its GPU rows are still the table's
+    if TABLE_GPU_ROW_RE.search(text):
         return "table"
     return None
 
 
 # one GPU's own line in each format: a table row with its PCI bus id, a -q section head, an XML <gpu> element
+TABLE_GPU_ROW_RE = re.compile(r"\|\s*\d+\s+.+?\s(?:On|Off)\s*\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d")
+# 'nvidia-smi nvlink -s': 'GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-…)', then one 'Link N: 25 GB/s' (or
+# '<inactive>') per link; the rate is per direction (NVML's link speed)
+NVLINK_GPU_RE = re.compile(r"^[\s>]*GPU (\d+): (.+?) \(UUID: [^)]*\)\s*$", re.MULTILINE)
+NVLINK_LINK_RE = re.compile(r"^[\s>]*Link (\d+): (?:([0-9.]+) GB/s|<inactive>)", re.MULTILINE)
+CUT_RE = re.compile(r"^[\s>]*(?:\.{3,}|…)\s*$")  # a paste's own 'cut here' line
 GPU_MARKERS = {
+    "nvlink": NVLINK_GPU_RE,
     "table": re.compile(r"\|\s*\d+\s+.+?\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d"),
     "query": re.compile(r"^[\s>]*GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s*$", re.MULTILINE),
     "xml": re.compile(r"<gpu[\s>]"),
@@ -272,6 +285,16 @@ def _timestamp(text: str) -> float | None:
 # ---------------------------------------------------------------------------------------------
 # the default table
 
+# what the table prints for each GPU, on its row and the row below: a paste cut before them has none
+TABLE_READINGS = (
+    "nvml_ecc_uncorrected_volatile_total",
+    "nvml_temperature_celsius",
+    "nvml_power_milliwatts",
+    "nvml_power_limit_milliwatts",
+    "nvml_memory_used_bytes",
+    "nvml_memory_total_bytes",
+    "nvml_gpu_utilization_percent",
+)
 GPU_ROW_RE = re.compile(r"^(\d+)\s+(.+?)\s+(On|Off)$")
 BUS_RE = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d")
 STATS_RE = re.compile(r"^(\S+)\s+(\S+?)C?\s+(P\d+|N/A|ERR!)\s+(\S+?)\s*/\s*(\S+)$")
@@ -304,9 +327,10 @@ def _parse_table(text: str) -> Snapshot:
             _table_process(cells[0], processes)
             continue
         head = GPU_ROW_RE.match(cells[0])
-        if head and len(cells) >= 3 and BUS_RE.match(cells[1]):
+        if head and len(cells) >= 2 and BUS_RE.match(cells[1]):
             current = gpus.setdefault(int(head.group(1)), Gpu(index=int(head.group(1)), name=head.group(2)))
-            _put(current, "nvml_ecc_uncorrected_volatile_total", cells[2])
+            if len(cells) >= 3 and cells[2]:  # a paste cut after the bus id has no ECC cell
+                _put(current, "nvml_ecc_uncorrected_volatile_total", cells[2])
             continue
         stats = STATS_RE.match(cells[0]) if current is not None else None
         if current is not None and stats and len(cells) >= 3:
@@ -325,6 +349,9 @@ def _parse_table(text: str) -> Snapshot:
             gpu.processes = processes.get(gpu.index, [])
         for sample in QUERY_ONLY:
             gpu.unavailable.setdefault(sample, "the default nvidia-smi table does not show it: nvidia-smi -q does")
+        for sample in TABLE_READINGS:
+            if sample not in gpu.values:
+                gpu.unavailable.setdefault(sample, f"GPU {gpu.index}: the table is cut off before this reading")
     driver = re.search(r"(?:Driver|KMD) Version:\s*(\S+)", text)
     cuda = re.search(r"CUDA (?:UMD )?Version:\s*(\S+)", text)
     return Snapshot(
@@ -516,7 +543,42 @@ def parse_nvidia_smi(text: str) -> Snapshot:
     fmt = _format_of(text)
     if fmt is None:
         raise InputFileError("not nvidia-smi output (no GPU table, no 'NVSMI LOG', no <nvidia_smi_log>)", HINT)
+    if fmt == "nvlink":
+        return _parse_nvlink(text)
     return _parse_table(text) if fmt == "table" else _parse_query(text, fmt)
+
+
+def _parse_nvlink(text: str) -> Snapshot:
+    """Each GPU's active links and their summed per-direction rate. A GPU whose list runs into the paste's own cut
+    line ('......') or into a cut line of the text is not whole: its links are unavailable, never counted short."""
+    gpus: list[Gpu] = []
+    links: dict[int, list[float]] = {}
+    whole: dict[int, bool] = {}
+    current: Gpu | None = None
+    for line in (unquote_line(raw) for raw in text.splitlines()):
+        head = NVLINK_GPU_RE.match(line)
+        if head:
+            current = Gpu(index=int(head.group(1)), name=head.group(2))
+            gpus.append(current)
+            links[current.index], whole[current.index] = [], True
+            continue
+        link = NVLINK_LINK_RE.match(line)
+        if current is not None and link:
+            if link.group(2) is not None:
+                links[current.index].append(float(link.group(2)) * 1e9)
+            continue
+        if current is not None and CUT_RE.match(line):
+            whole[current.index] = False
+    for gpu in gpus:
+        for sample in FIELDS:
+            gpu.unavailable[sample] = "nvidia-smi nvlink -s prints the links only: nvidia-smi (or -q) shows the rest"
+        if not whole[gpu.index]:
+            for sample in ("nvml_nvlink_active_links", "nvml_nvlink_capacity_bytes_per_second"):
+                gpu.unavailable[sample] = f"GPU {gpu.index}: its link list is cut off in the paste"
+            continue
+        gpu.values["nvml_nvlink_active_links"] = float(len(links[gpu.index]))
+        gpu.values["nvml_nvlink_capacity_bytes_per_second"] = sum(links[gpu.index])
+    return Snapshot(fmt="nvlink", gpus=gpus, at_unix=_timestamp(text))
 
 
 def _scrape(snapshot: Snapshot) -> Scrape:
@@ -547,6 +609,8 @@ def _scrape(snapshot: Snapshot) -> Scrape:
             "or cut short as '24670...' in a narrow table)",
         )
     for sample, command in NOT_PRINTED.items():
+        if sample in scrape.series:
+            continue  # nvidia-smi nvlink -s prints the links
         scrape.unavailable[sample] = f"nvidia-smi's {FORMATS[snapshot.fmt]} output does not print it: {command}"
     return scrape
 
@@ -592,6 +656,7 @@ def collect_nvidia_smi(text: str, origin: str) -> SignalSet:
     if not snapshot.gpus:
         raise InputFileError(f"{origin}: nvidia-smi output without a single GPU row", HINT)
     scrape = _scrape(snapshot)
+    cut = any("cut off" in why for gpu in snapshot.gpus for why in gpu.unavailable.values())
     signals = build_signal_set(load_probe("nvml"), [scrape], origin)
     command = FORMATS[snapshot.fmt]
     for name, signal in list(signals.signals.items()):
@@ -603,7 +668,8 @@ def collect_nvidia_smi(text: str, origin: str) -> SignalSet:
             kind="gauge",
             unit="count",
             stats=dict.fromkeys(("last", "mean", "min", "max"), float(len(snapshot.gpus))),
-            source=f"{command} ({origin}): GPUs listed",
+            source=f"{command} ({origin}): GPUs listed"
+            + (" (the paste is cut off: at least this many)" if cut else ""),
             verify=f"{command} -L",
         )
     )

@@ -193,3 +193,43 @@ def test_host_memory_between_gpus_is_an_advisory_finding():
 def test_healthy_or_harmless_logs_make_no_hang_finding(name: str):
     v = verdict(name)
     assert not {f.code for f in v.findings} & {"NET010", "NET011", "NET012", "NET014"}
+
+
+# ---------------------------------------------------------------------------------------------
+# GPUDirect RDMA and the lines that are data without a transport
+
+
+def test_gdr_disabled_lines_are_read_and_judged():
+    text = (FIXTURES / "field" / "nccl-gdr-disabled-after-dgx-os-upgrade" / "nccl.log").read_text()
+    signals = collect_nccl_log(text, "nccl.log")
+    # four lines, three distinct HCAs: mlx5_0 (twice), mlx5_1, mlx5_2
+    gdr = signals.signals["nccl_gdr_disabled_nics"]
+    assert gdr.stat("value") == 3 and set(gdr.by_series) == {"mlx5_0", "mlx5_1", "mlx5_2"}
+    assert finding(build_verdict(signals), "NET015").category is Category.network
+
+
+def test_gdr_does_not_matter_where_every_connection_stays_in_one_host():
+    line = "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'\n"
+    p2p = "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n"
+    assert collect_nccl_log(line, "x").signals["nccl_gdr_disabled_nics"].stat("value") == 1
+    assert collect_nccl_log(line + p2p, "x").signals["nccl_gdr_disabled_nics"].unavailable
+    # sockets never have GDR: their line is no RDMA NIC
+    socket = "h:1:2 [0] NCCL INFO NET/Socket : GPU Direct RDMA Disabled for HCA 0 'eth0'\n" + p2p
+    assert "eth0" not in collect_nccl_log(socket, "x").sources[0].config.get("gpudirect_rdma", "")
+
+
+def test_nic_and_setting_lines_are_data():
+    text = (FIXTURES / "field" / "mixed-nccl-tests-p2p-level-loc-forces-shm" / "nccl.log").read_text()
+    signals = collect_nccl_log(text, "nccl.log")
+    config = signals.sources[0].config
+    assert config["nics"] == "mlx5_0:1 (IB), mlx5_2:1 (IB)"
+    assert "NCCL_IB_DISABLE=0" in config["env"]
+
+
+def test_number_free_nccl_lines_inside_another_kind_of_file_do_not_refuse_it():
+    # plugin-loading lines alone are refused; beside a vLLM log's lines they are read as they are
+    plugins = (NCCL / "plugins-only.txt").read_text()
+    server = (FIXTURES / "logs" / "vllm-0.32-healthy.log").read_text()
+    signals = collect_nccl_log(server + plugins, "mixed.log")
+    assert value(signals, "nccl_warnings") == 0
+    assert signals.signals["nccl_p2p_connections"].unavailable

@@ -295,3 +295,51 @@ def test_text_that_is_not_nvidia_smi_is_refused():
 )
 def test_product_names_map_onto_the_gpu_table(printed: str, entry: str | None):
     assert catalogue_gpu(printed) == entry
+
+
+# ---------------------------------------------------------------------------------------------
+# pastes cut short: what is there is read, what is cut off is unavailable with that reason
+
+FIELD = FIXTURES / "field"
+
+
+def test_a_table_cut_after_the_first_gpus_bus_id_keeps_the_gpu_and_says_the_rest_is_cut():
+    path = FIELD / "mixed-dcgm-gpu-util-above-100-samples" / "nvidia-smi.txt"
+    signals = collect_nvidia_smi(path.read_text(), path.name)
+    # '|   0  NVIDIA H100 80GB HBM3          On  |   00000000:1A:00.0 Off |' and nothing after it
+    assert signals.sources[0].config["gpus"] == "1 × NVIDIA H100 80GB HBM3"
+    assert signals.sources[0].config["gpu"] == "H100" and signals.sources[0].config["driver"] == "550.118"
+    count = signals.get("gpu_count")
+    assert count is not None and count.stat("last") == 1 and "at least" in count.source
+    for name in ("gpu_utilization_ratio", "gpu_memory_used_bytes", "gpu_power_watts", "gpu_temperature_celsius"):
+        signal = signals.get(name)
+        assert signal is not None and signal.stat("max") is None and "cut off" in (signal.unavailable or ""), name
+
+
+def test_a_table_pasted_from_its_middle_without_any_header():
+    path = FIELD / "mixed-nccl-tests-p2p-level-loc-forces-shm" / "nvidia-smi.txt"
+    assert looks_like_nvidia_smi(path.read_text())
+    signals = collect_nvidia_smi(path.read_text(), path.name)
+    # GPUs 1-3 are whole ('4MiB / 81920MiB', 59 W, 60 W, 59 W); GPU 0's name row and GPU 4's are cut
+    assert signals.sources[0].config["gpus"] == "3 × NVIDIA A100-SXM4-80GB"
+    power = signals.get("gpu_power_watts")
+    assert power is not None and power.by_series == {"gpu=1": 59.0, "gpu=2": 60.0, "gpu=3": 59.0}
+    assert stat(signals, "gpu_memory_total_bytes", "max") == 81920 * MIB
+    count = signals.get("gpu_count")
+    assert count is not None and "at least" not in count.source
+
+
+def test_nvlink_status_gives_each_whole_gpus_links_and_leaves_a_cut_one_unavailable():
+    path = FIELD / "mixed-nccl-tests-p2p-level-loc-forces-shm" / "nvidia-smi-nvlink.txt"
+    assert looks_like_nvidia_smi(path.read_text())
+    signals = collect_nvidia_smi(path.read_text(), path.name)
+    # GPUs 0 and 1: 'Link 0: 25 GB/s' … 'Link 11: 25 GB/s'; GPU 2 shows Link 0, then the poster's '......'
+    links = signals.get("nvlink_active_links")
+    assert links is not None and links.by_series == {"gpu=0": 12.0, "gpu=1": 12.0}
+    capacity = signals.get("nvlink_capacity_bytes_per_second")
+    assert capacity is not None and capacity.stat("min") == 12 * 25e9
+    count = signals.get("gpu_count")
+    assert count is not None and count.stat("last") == 3 and "at least" in count.source
+    assert signals.sources[0].config["gpu"] == "A100"
+    util = signals.get("gpu_utilization_ratio")
+    assert util is not None and util.stat("max") is None and "links only" in (util.unavailable or "")
