@@ -168,11 +168,14 @@ def test_a_cut_line_is_not_joined_with_the_next_record(tmp_path: Path):
     assert [r.values["gen_tps"] for r in records] == [852.1]
 
 
-# vllm-project/vllm#18115 (jmkuebler): stat lines run together on one line, the last cut at "tokens/"
+# vllm-project/vllm#18115 (jmkuebler): stat lines run together on one line, the last cut at "tokens/": its two
+# throughputs are whole, its gauges lost
 def test_run_together_lines_each_read():
     path = Path(__file__).resolve().parents[3] / "tests/fixtures/field/vllm-18115-v1-kv-runs-out-concatenated"
     records = _records(path / "server.log")
-    assert [r.values.get("kv_pct") for r in records] == [91.2, 91.6, 91.9]
+    assert [r.values.get("kv_pct") for r in records] == [91.2, 91.6, 91.9, None]
+    assert [r.values["gen_tps"] for r in records] == [239.2, 239.2, 240.0, 240.8]
+    assert records[3].fmt == "vllm-throughput"
 
 
 # ---- SGLang ≤ 0.3: a time of day, no date -----------------------------------------------------------------------
