@@ -14,7 +14,10 @@ Lines without any time are ordered as given: gauges are judged over them, the pr
 as printed, and what needs time (counts per second) is unavailable with the reason. One moment (one stat line, or
 every DP rank in the same second) is a snapshot.
 
-What logs never carry (latency histograms, finished requests) is unavailable with the reason, never zero. The
+llama.cpp's print_timings rows and TGI's router spans time each finished request: their latencies (TTFT, inter-token
+latency, queue time) are samples of their own moment, never held as levels, and they carry no levels (running,
+waiting, KV). What a log does not carry (latency histograms; finished requests in vLLM's and SGLang's stat lines) is
+unavailable with the reason, never zero. The
 inter-token latency is estimated per line as running requests / generation throughput (each running request gets
 one token per step), and says so in its source: never from a series' first line (its interval began before the
 log), nor from a line whose throughput gave fewer tokens than running requests over its interval (the batch was not
@@ -56,7 +59,8 @@ __all__ = ["collect_logs", "looks_like_log", "parse_when", "trtllm_record", "win
 
 LOG_HINT = (
     "give the server's own log: vLLM stat-logger lines ('Avg prompt throughput: …'), SGLang 'Decode batch' / "
-    "'Prefill batch' lines, or TensorRT-LLM iteration-stats JSON records"
+    "'Prefill batch' lines, TensorRT-LLM iteration-stats JSON records, llama.cpp's 'prompt eval time' / 'eval time' "
+    "rows, or TGI's request spans (queue_time=…)"
 )
 SERVER_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "llamacpp": "llama.cpp", "tgi": "TGI"}
 # the probe whose signal vocabulary a log's missing signals are listed from: the server's own where it has one that
@@ -553,7 +557,11 @@ def _one_server(scan: LogScan, where: str, server: str | None) -> str:
     if not servers:
         seen = " | ".join(scan.first_lines) or "an empty file"
         only = f"{SERVER_NAMES[str(server).lower()]} " if str(server).lower() in SERVER_NAMES else ""
-        what = "only KV-transfer lines" if scan.servers else f"no {only or 'vLLM, SGLang or TensorRT-LLM '}stat lines"
+        what = (
+            "only KV-transfer lines"
+            if scan.servers
+            else f"no {only or 'vLLM, SGLang, TensorRT-LLM, llama.cpp or TGI '}stat lines"
+        )
         raise InputFileError(f"{where}: {what} in {scan.lines} line(s); it starts: {seen}", LOG_HINT)
     if len(servers) > 1:
         raise InputFileError(
