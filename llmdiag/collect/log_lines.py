@@ -19,13 +19,14 @@ import json
 import math
 import re
 from array import array
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 
-from llmdiag.collect.paste import unquote_line
+from llmdiag.collect.paste import QUOTE_RE, unquote_line
 from llmdiag.errors import InputFileError, option
 from llmdiag.schema.logs import LogLine, LogSpec
 
@@ -37,6 +38,8 @@ BOOLEAN = {"True": 1.0, "False": 0.0}  # SGLang's "cuda graph: True"
 JSON_CAP_BYTES = 4 * 1024 * 1024
 TRT_KEYS = ('"iter"', '"numActiveRequests"')
 # how a pretty-printed JSON text opens: "{", "[", "[{", '{"key": …' (not SGLang's "[2026-11-30 07:10:00 TP0]")
+# a record wrapped by a terminal or a paste is joined back from at most this many physical lines
+WRAP_LINES = 3
 JSON_OPEN = re.compile(r'^[\[{]\s*(?:[\[{]\s*)?(?:"|$)')
 
 
@@ -54,6 +57,7 @@ class Record:
     iterations: float | None = None  # TRT-LLM: the iteration counter
     order: int = 0  # position in the input (files in the order given): the order of records without a time
     yearless: bool = False  # its time had no year (vLLM, glog): the year was inferred
+    clock: bool = False  # its time had no date (old SGLang "[16:43:29 TP0]"): on the file's date
 
 
 @lru_cache(maxsize=8192)  # stat lines repeat their second many times; strptime is the slow part of a line
@@ -74,17 +78,19 @@ class LineReader:
             if servers is None or line.server in servers
         ]
         self.keywords = tuple(sorted({line.keyword for line, _, _ in self.lines}))
+        # the formats that read a record cut short (the throughputs alone): a line read only by them may be wrapped
+        self.cut_short = {line.name for line, _, _ in self.lines if line.cut_short}
         self.json = servers is None or "trtllm" in servers
         # the prefixes a kept line may carry (cut points); "iso" is only ever a line's lead
         self.generic = {p.name for p in spec.prefix if p.any_server}
-        used = {line.prefix for line, _, _ in self.lines} | self.generic
+        used = {name for line, _, _ in self.lines for name in line.prefixes} | self.generic
         by_name = {p.name: p for p in spec.prefix}
         # each prefix to cut at; looked for only in a line that holds its keyword and one of its own lines' keywords
         self.cut: list[tuple[str, re.Pattern[str], re.Pattern[str] | None, str, tuple[str, ...]]] = []
         for name in sorted(used - {"iso"}):
             prefix = by_name[name]
             owners = (
-                () if prefix.any_server else tuple(line.keyword for line, _, _ in self.lines if line.prefix == name)
+                () if prefix.any_server else tuple(line.keyword for line, _, _ in self.lines if name in line.prefixes)
             )
             tag = re.compile(prefix.tag) if prefix.tag else None
             self.cut.append((name, re.compile(prefix.pattern), tag, prefix.keyword or "", owners))
@@ -92,12 +98,22 @@ class LineReader:
     def wanted(self, text: str) -> bool:
         return any(k in text for k in self.keywords)
 
+    def continues(self, text: str) -> bool:
+        """Whether a line may be the rest of a wrapped record: it starts with no time or prefix of its own and holds
+        no record by itself."""
+        if ISO_LEAD.match(text) or any(pattern.match(text) for _, pattern, _, _, _ in self.cut):
+            return False
+        return not (self.wanted(text) and self.read_line(text, 2000, 0.0))
+
     # -- time ---------------------------------------------------------------------------------------------------
 
     def _time(self, prefix: str, raw: str, year: int, file_time: float, lead: float | None) -> float:
         pattern_fmt = self.prefixes[prefix][1]
         if "%Y" in pattern_fmt:
             return utc(raw, pattern_fmt)
+        if "%d" not in pattern_fmt:  # a time of day alone: on the file's date (midnight is crossed in iter_file)
+            day = datetime.fromtimestamp(lead if lead is not None else file_time, tz=timezone.utc)
+            return utc(f"{day:%Y-%m-%d} {raw}", f"%Y-%m-%d {pattern_fmt}")
         if lead is not None:  # docker/kubectl --timestamps: the lead stamp has the year
             year = datetime.fromtimestamp(lead, tz=timezone.utc).year
         at = utc(f"{year}-{raw}", f"%Y-{pattern_fmt}")
@@ -160,7 +176,7 @@ class LineReader:
         if not self.wanted(segment):
             return None
         for line, pattern, optional in self.lines:
-            if line.keyword not in segment or (head is not None and head[0] not in (line.prefix, *self.generic)):
+            if line.keyword not in segment or (head is not None and head[0] not in (*line.prefixes, *self.generic)):
                 continue
             hit = pattern.search(segment)
             if hit is None:
@@ -171,11 +187,12 @@ class LineReader:
                 more = extra.search(segment)
                 if more:
                     groups.update({k: v for k, v in more.groupdict().items() if v is not None})
-            values = {
-                k: BOOLEAN[v] if v in BOOLEAN else float(v) for k, v in groups.items() if k not in ("engine", "mode")
-            }
+            values = {k: number(v) for k, v in groups.items() if k not in ("engine", "mode", "unix_time")}
+            if "unix_time" in groups:  # the record's own time (llama.cpp's "timestamp=")
+                at = float(groups["unix_time"])
             tags = head[1] if head is not None else {}
-            yearless = head is not None and lead is None and "%Y" not in self.prefixes[head[0]][1]
+            fmt = self.prefixes[head[0]][1] if head is not None else "%Y"
+            yearless = head is not None and lead is None and "%Y" not in fmt and "%d" in fmt
             return Record(
                 at=at,
                 series=series_of(groups.get("engine"), tags),
@@ -185,8 +202,26 @@ class LineReader:
                 known_zero=tuple(f for f in line.absent_zero if f not in values),
                 itl_estimate=line.itl_estimate,
                 yearless=yearless,
+                clock=head is not None and "%d" not in fmt and "unix_time" not in groups,
             )
         return None
+
+
+DURATION = re.compile(r"^([\d.]+)(ns|µs|us|ms|s)$")
+DURATION_SECONDS = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def number(text: str) -> float:
+    """A printed value: a number, True/False (SGLang's "cuda graph: True"), a Duration as Rust's Debug prints it
+    ("161.454300714s", "681.374µs": TGI's span fields) in seconds, or empty text: an event marker, 1."""
+    if text in BOOLEAN:
+        return BOOLEAN[text]
+    if not text:
+        return 1.0
+    duration = DURATION.match(text)
+    if duration:
+        return float(duration.group(1)) * DURATION_SECONDS[duration.group(2)]
+    return float(text)
 
 
 def series_of(engine: str | None, tags: dict[str, str | None]) -> str:
@@ -331,33 +366,94 @@ def _check(path: Path, max_bytes: int) -> None:
 
 
 def iter_file(path: Path, reader: LineReader, counts: dict[str, int], first: list[str]) -> Iterator[Record]:
-    """The records of one file, streamed line by line."""
+    """The records of one file, streamed line by line (a record wrapped over lines joined back, times of day carried
+    over midnight)."""
     year, file_time = _year_and_time(path)
-    block: _JsonBlock | None = None
+    clock = [0.0, -math.inf]  # days added to times of day, the last one
     with path.open(encoding="utf-8", errors="replace") as handle:
-        for raw in handle:
-            if block is not None:
-                if not reader.wanted(raw):  # a stat line ends a block that never closed (not a record)
-                    if block.add(unquote_line(raw)):
-                        yield from block.records()
-                        block = None
-                    continue
-                block = None
-            if raw.isspace():
+        for record in _file_records(handle, reader, (year, file_time), counts, first):
+            if record.clock and record.at is not None:
+                record.at += clock[0]
+                if record.at < clock[1] - 43200:  # back by over 12 hours: past midnight
+                    clock[0] += 86400
+                    record.at += 86400
+                clock[1] = record.at
+            yield record
+
+
+def _file_records(
+    handle: Iterable[str], reader: LineReader, when: tuple[int, float], counts: dict[str, int], first: list[str]
+) -> Iterator[Record]:
+    year, file_time = when
+    block: _JsonBlock | None = None
+    lines = iter(handle)
+    ahead: deque[str] = deque()  # lines read past a record that may be wrapped, not yet taken
+    while True:
+        raw = ahead.popleft() if ahead else next(lines, None)
+        if raw is None:
+            break
+        if block is not None:
+            if not reader.wanted(raw):  # a stat line ends a block that never closed (not a record)
+                if block.add(unquote_line(raw)):
+                    yield from block.records()
+                    block = None
                 continue
-            counts["lines"] += 1
-            if len(first) < 3:
-                first.append(unquote_line(raw)[:80])
-            if reader.wanted(raw):
-                yield from reader.read_line(unquote_line(raw), year, file_time)
-            elif reader.json and ("{" in raw or "[" in raw):
-                text = unquote_line(raw)
-                if "{" in text and any(k in text for k in TRT_KEYS):
-                    yield from reader.read_line(text, year, file_time)
-                elif (start := _json_start(text)) is not None:
-                    block = _JsonBlock(*start)
+            block = None
+        if raw.isspace():
+            continue
+        counts["lines"] += 1
+        if len(first) < 3:
+            first.append(unquote_line(raw)[:80])
+        if reader.wanted(raw):
+            found = reader.read_line(unquote_line(raw), year, file_time)
+            if not found or all(r.fmt in reader.cut_short for r in found):
+                found = _unwrap(raw, found, reader, (lines, ahead), when)
+            yield from found
+        elif reader.json and ("{" in raw or "[" in raw):
+            text = unquote_line(raw)
+            if "{" in text and any(k in text for k in TRT_KEYS):
+                yield from reader.read_line(text, year, file_time)
+            elif (start := _json_start(text)) is not None:
+                block = _JsonBlock(*start)
     if block is not None:
         yield from block.records()
+
+
+def _values(records: list[Record]) -> int:
+    return sum(len(r.values) for r in records)
+
+
+def _unwrap(
+    raw: str, found: list[Record], reader: LineReader, source: tuple[Iterator[str], deque[str]], when: tuple[int, float]
+) -> list[Record]:
+    """A line that holds a record's keyword but not a whole record: joined with the next line(s) (at most
+    ``WRAP_LINES`` in all) when that reads more of a record, as a terminal or a paste wraps a long line mid-word.
+    The next lines count only when they do not start a record of their own; the lines joined are taken."""
+    lines, ahead = source
+    joined = raw.rstrip("\r\n")
+    best, used = found, 0
+    for k in range(WRAP_LINES - 1):
+        while len(ahead) <= k:
+            more = next(lines, None)
+            if more is None:
+                return _take(best, used, ahead)
+            ahead.append(more)
+        piece = QUOTE_RE.sub("", ahead[k].rstrip("\r\n"))
+        if not piece.strip() or not reader.continues(piece):
+            break
+        joined += piece
+        records = reader.read_line(unquote_line(joined), *when)
+        if _values(records) > _values(best):
+            best, used = records, k + 1
+            if not all(r.fmt in reader.cut_short for r in records):
+                break
+    return _take(best, used, ahead)
+
+
+def _take(best: list[Record], used: int, ahead: deque[str]) -> list[Record]:
+    for _ in range(used):
+        ahead.popleft()
+    return best
 
 
 @dataclass

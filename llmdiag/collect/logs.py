@@ -14,7 +14,10 @@ Lines without any time are ordered as given: gauges are judged over them, the pr
 as printed, and what needs time (counts per second) is unavailable with the reason. One moment (one stat line, or
 every DP rank in the same second) is a snapshot.
 
-What logs never carry (latency histograms, finished requests) is unavailable with the reason, never zero. The
+llama.cpp's print_timings rows and TGI's router spans time each finished request: their latencies (TTFT, inter-token
+latency, queue time) are samples of their own moment, never held as levels, and they carry no levels (running,
+waiting, KV). What a log does not carry (latency histograms; finished requests in vLLM's and SGLang's stat lines) is
+unavailable with the reason, never zero. The
 inter-token latency is estimated per line as running requests / generation throughput (each running request gets
 one token per step), and says so in its source: never from a series' first line (its interval began before the
 log), nor from a line whose throughput gave fewer tokens than running requests over its interval (the batch was not
@@ -56,14 +59,22 @@ __all__ = ["collect_logs", "looks_like_log", "parse_when", "trtllm_record", "win
 
 LOG_HINT = (
     "give the server's own log: vLLM stat-logger lines ('Avg prompt throughput: …'), SGLang 'Decode batch' / "
-    "'Prefill batch' lines, or TensorRT-LLM iteration-stats JSON records"
+    "'Prefill batch' lines, TensorRT-LLM iteration-stats JSON records, llama.cpp's 'prompt eval time' / 'eval time' "
+    "rows, or TGI's request spans (queue_time=…)"
 )
-SERVER_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
-# the probe whose signal vocabulary a log's missing signals are listed from
+SERVER_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "llamacpp": "llama.cpp", "tgi": "TGI"}
+# the probe whose signal vocabulary a log's missing signals are listed from: the server's own where it has one that
+# its log's signals are named after, else vLLM's
 VOCABULARY_PROBE = "vllm"
+VOCABULARY = {"llamacpp": "llamacpp", "tgi": "tgi"}
 NOT_IN_LOGS = (
     "not in server logs: the stat-logger lines carry no latency histograms or request counts; save /metrics "
     "(curl -s URL/metrics > metrics.prom) or scan the live server for it"
+)
+# llama.cpp's and TGI's logs time each finished request: they carry no levels (running, waiting, KV)
+NOT_IN_REQUEST_LOGS = (
+    "not in {server}'s log: its per-request timings carry no running or waiting requests, KV usage or histograms; "
+    "save /metrics (curl -s URL/metrics > metrics.prom) or scan the live server for it"
 )
 UNTIMED_NOTE = "no timestamps: lines ordered as given"
 
@@ -138,7 +149,10 @@ class _Catalogue:
     @classmethod
     def of(cls, spec: LogSpec) -> _Catalogue:
         fields = {f.name: f for f in spec.field} | TRT_FIELDS
-        return cls(fields=fields, interval_counts={line.name for line in spec.line if line.interval_counts})
+        return cls(
+            fields=fields,
+            interval_counts={line.name for line in spec.line if line.interval_counts},
+        )
 
     @property
     def rate_names(self) -> set[str]:
@@ -160,6 +174,7 @@ class _SeriesState:
     # signal → (sum, count) of the averages printed in the same second: lines of one second share its interval
     same_second: dict[str, tuple[float, int]] = field(default_factory=dict)
     prefill_since_decode: bool = False  # SGLang: a prefill batch ran since the series' previous decode line
+    fleeting: set[str] = field(default_factory=set)  # gauges of one request (per_request fields) since the last scrape
 
 
 @dataclass
@@ -203,6 +218,8 @@ def _accumulate(record: Record, state: _SeriesState, counters: dict, built: _Bui
         built.seen.setdefault(spec.signal, spec)
         if spec.kind == "gauge":
             state.gauges[spec.signal] = value * spec.scale
+            if spec.per_request:
+                state.fleeting.add(spec.signal)
             continue
         totals = counters.setdefault(spec.signal, {})
         totals.setdefault(record.series, 0.0)
@@ -306,13 +323,20 @@ def _scrapes(records: Iterable[Record], interval: float | None, catalogue: _Cata
     pending: float | None = None
     has_level = False
 
-    def flush(last: bool = False) -> None:
+    def keep(last: bool) -> None:
         built.moments += 1
         if (built.moments - 1) % built.stride and not last:
             return
         built.scrapes.append(_scrape(states, counters, pending, interval))
         for signal in {s for st in states.values() for s in st.printed}:
             built.printed.setdefault(signal, []).append(sum(st.printed.get(signal, 0.0) for st in states.values()))
+
+    def flush(last: bool = False) -> None:
+        keep(last)
+        for st in states.values():  # one request's latency is a sample of its moment, not a level that lasts
+            for signal in st.fleeting:
+                st.gauges.pop(signal, None)
+            st.fleeting.clear()
 
     for record in records:
         if has_level and (record.at is None or record.at != pending):
@@ -358,7 +382,7 @@ def _probe_spec(server: str, seen: dict[str, LogField], has_itl: bool) -> ProbeS
                 valid_max=1.0 if spec.unit == "ratio" else None,
             )
         )
-    if has_itl:
+    if has_itl and "itl_seconds" not in seen:
         signals.append(
             SignalSpec(
                 name="itl_seconds", kind="gauge", unit="seconds", metrics=["itl_seconds"], help="itl", aggregate="mean"
@@ -407,6 +431,23 @@ SOURCES = {
         "preemptions_per_second": "inflightBatchingStats.numPausedRequests x iterations (requests paused, KV evicted)",
         "itl_seconds": "iterLatencyMS of iterations with generation requests",
     },
+    "llamacpp": {
+        "ttft_seconds": "'prompt eval time = X ms' of each finished request (the prompt's processing, without the "
+        "queue wait)",
+        "itl_seconds": "'eval time = … (X ms per token, …)' of each finished request (old builds: 'generation eval "
+        "time')",
+        "prompt_tokens_per_second": "'prompt eval time = … / N tokens' of each finished request",
+        "generation_tokens_per_second": "'eval time = … / N tokens' of each finished request",
+        "generation_busy_seconds_per_second": "'eval time = X ms' of each finished request, summed",
+        "requests_finished_per_second": "one per 'eval time = …' row (print_timings, once per finished request)",
+    },
+    "tgi": {
+        "queue_time_seconds": 'the router\'s queue_time="…" of each request span',
+        "e2e_latency_seconds": 'the router\'s total_time="…" of each request span',
+        "inference_time_seconds": 'the router\'s inference_time="…" of each request span',
+        "itl_seconds": 'the router\'s time_per_token="…" of each request span (inference time over its tokens)',
+        "requests_finished_per_second": "one per request span's 'Success' event",
+    },
 }
 # disaggregated serving: the KV-transfer lines and the PD queues, whichever server's log holds them
 KV_SOURCES = {
@@ -434,6 +475,8 @@ GREP = {
     "vllm": "grep -E 'Avg prompt throughput|is preempted by' FILE",
     "sglang": "grep -E 'Decode batch|Prefill batch|out of memory happened' FILE",
     "trtllm": "grep '\"iterLatencyMS\"' FILE",
+    "llamacpp": "grep 'eval time' FILE",
+    "tgi": "grep 'queue_time' FILE",
 }
 
 
@@ -514,7 +557,11 @@ def _one_server(scan: LogScan, where: str, server: str | None) -> str:
     if not servers:
         seen = " | ".join(scan.first_lines) or "an empty file"
         only = f"{SERVER_NAMES[str(server).lower()]} " if str(server).lower() in SERVER_NAMES else ""
-        what = "only KV-transfer lines" if scan.servers else f"no {only or 'vLLM, SGLang or TensorRT-LLM '}stat lines"
+        what = (
+            "only KV-transfer lines"
+            if scan.servers
+            else f"no {only or 'vLLM, SGLang, TensorRT-LLM, llama.cpp or TGI '}stat lines"
+        )
         raise InputFileError(f"{where}: {what} in {scan.lines} line(s); it starts: {seen}", LOG_HINT)
     if len(servers) > 1:
         raise InputFileError(
@@ -610,10 +657,11 @@ def _describe(signal_set: SignalSet, server: str, where: str, built: _Built, int
         f"from {built.count} log lines ({', '.join(sorted(built.formats))}): gauges sampled {every} by "
         f"the server's own logger, {len(series)} series ({', '.join(series)})"
     )
-    vocabulary = load_probe(VOCABULARY_PROBE)
+    vocabulary = load_probe(VOCABULARY.get(server, VOCABULARY_PROBE))
+    why = NOT_IN_REQUEST_LOGS.format(server=label) if server in VOCABULARY else NOT_IN_LOGS
     for spec in vocabulary.signal:
         if spec.name not in signal_set.signals:
-            signal_set.add(Signal.missing(spec.name, spec.kind, spec.unit, NOT_IN_LOGS))
+            signal_set.add(Signal.missing(spec.name, spec.kind, spec.unit, why))
     source = signal_set.sources[-1]
     source.probe = f"{server}-log"
     source.url = where

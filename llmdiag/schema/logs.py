@@ -19,8 +19,9 @@ from llmdiag.errors import RuleSpecError
 from llmdiag.schema.base import _Strict, compiled_pattern, parse_toml
 
 LOG_SPEC_PATH = "probes/logs.toml"
-# named groups a line may carry beside its fields: the DP engine's number, a batch kind, the seconds a rate covers
-SERIES_GROUPS = ("engine", "mode", "over_seconds")
+# named groups a line may carry beside its fields: the DP engine's number, a batch kind, the seconds a rate covers, the
+# record's own time in Unix seconds (llama.cpp's "timestamp=")
+SERIES_GROUPS = ("engine", "mode", "over_seconds", "unix_time")
 
 
 class LogPrefix(_Strict):
@@ -45,8 +46,9 @@ class LogPrefix(_Strict):
 class LogLine(_Strict):
     name: str
     # "any": a line that shows up in any server's log (the Mooncake transfer engine's), of the server beside it
-    server: Literal["vllm", "sglang", "trtllm", "any"]
-    prefix: str
+    server: Literal["vllm", "sglang", "trtllm", "llamacpp", "tgi", "any"]
+    # the prefix (or prefixes: one server's vintages) the line comes after; "iso" for lines with no prefix of their own
+    prefix: str | list[str]
     # a plain substring every matching line holds: lines without it are skipped before any regex (speed)
     keyword: str = Field(min_length=1)
     pattern: str
@@ -55,8 +57,15 @@ class LogLine(_Strict):
     itl_estimate: bool = False
     # its counts cover the interval since the series' previous line, so the first line's cover time before the log
     interval_counts: bool = False
+    # a fallback for a record cut short (the first numbers alone): a line read only by it may be a wrapped line whose
+    # rest is on the next line
+    cut_short: bool = False
 
     _check = field_validator("pattern")(lambda cls, pattern: compiled_pattern(pattern))
+
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        return (self.prefix,) if isinstance(self.prefix, str) else tuple(self.prefix)
 
     @field_validator("optional")
     @classmethod
@@ -73,6 +82,8 @@ class LogField(_Strict):
     aggregate: Literal["sum", "mean"] = "sum"
     # a count: multiplied by the line's value of this other group (MiB per transfer x transfers)
     times: str | None = None
+    # a gauge of one request (its TTFT): in the scrape of its own moment only, not held until the series' next line
+    per_request: bool = False
 
 
 class LogSpec(_Strict):
@@ -91,8 +102,9 @@ def parse_log_spec(text: str, display_path: str = LOG_SPEC_PATH) -> LogSpec:
         if item.times is not None and item.times not in fields and item.times not in SERIES_GROUPS:
             raise RuleSpecError(display_path, f"field.{item.name}.times", f"no group named {item.times!r}")
     for line in spec.line:
-        if line.prefix not in prefixes:
-            raise RuleSpecError(display_path, f"line.{line.name}.prefix", f"no prefix named {line.prefix!r}")
+        for name in line.prefixes:
+            if name not in prefixes:
+                raise RuleSpecError(display_path, f"line.{line.name}.prefix", f"no prefix named {name!r}")
         if line.keyword not in line.pattern:
             raise RuleSpecError(display_path, f"line.{line.name}.keyword", "not in the line's pattern, as written")
         for pattern in (line.pattern, *line.optional):

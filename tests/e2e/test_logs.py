@@ -30,8 +30,8 @@ def _ev(finding, signal, stat):
 
 def test_spec_loads_and_every_group_has_a_field():
     spec = load_log_spec()
-    assert {line.server for line in spec.line} == {"vllm", "sglang", "any"}
-    assert {p.name for p in spec.prefix} == {"vllm", "sglang", "glog", "pylog", "iso"}
+    assert {line.server for line in spec.line} == {"vllm", "sglang", "llamacpp", "tgi", "any"}
+    assert {p.name for p in spec.prefix} == {"vllm", "sglang", "sglang-clock", "glog", "pylog", "iso"}
 
 
 def test_real_vllm_032_kv_starved_log_is_memory_bound():

@@ -392,7 +392,7 @@ def test_server_restricts_the_line_formats(tmp_path: Path):
     with pytest.raises(InputFileError, match="no vLLM stat lines"):
         collect_logs([sglang], server="vllm")
     with pytest.raises(UsageError, match="has no log formats"):
-        collect_logs([sglang], server="tgi")
+        collect_logs([sglang], server="triton")
 
 
 def test_year_of_yearless_lines_follows_the_dated_lines():
