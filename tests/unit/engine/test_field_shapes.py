@@ -56,8 +56,9 @@ def test_a_prefill_burst_being_admitted_is_no_admission_cap():
     outcome = next(o for o in verdict.coverage.rules if o.code == "SCH012")
     assert outcome.status == "passed" and "queue_clears_in_window_ratio" in outcome.reason
     cleared = verdict.signals["queue_clears_in_window_ratio"].stats["value"]
-    # 38 fell to 18 over the 5 readings after the peak (4 a reading): 18 more take 4.5 readings of the 6 spanned
-    assert cleared == pytest.approx(4.5 / 6)
+    # the log's own clock ([16:43:29 TP0] … [16:43:33 TP0], one reading a second): 38 at :29 fell to 18 at :33,
+    # 5 a second, so the 18 left take 3.6 s of the 4 s the readings span
+    assert cleared == pytest.approx((18 / ((38 - 18) / (33 - 29))) / (33 - 29))
 
 
 def log_window(gauges: dict[str, list[float]], rates: dict[str, list[float]], interval: float = 8.0) -> SignalSet:
