@@ -204,6 +204,8 @@ class _Built:
     last_at: float | None = None
     estimable: bool = False  # some line could give an inter-token latency estimate
     first_format: str = ""
+    # cumulative fields: the server's own running total last printed, signal → series → value
+    printed_totals: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def _accumulate(record: Record, state: _SeriesState, counters: dict, built: _Built, ctx: tuple) -> None:
@@ -251,6 +253,7 @@ def _accumulate(record: Record, state: _SeriesState, counters: dict, built: _Bui
             base = held if held is not None else (0.0 if value <= 1 else value)
             totals[record.series] += max(value - base, 0.0)
             state.gauges[f"cumulative:{name}"] = value
+            built.printed_totals.setdefault(spec.signal, {})[record.series] = value
     for name in record.known_zero:
         spec = catalogue.fields.get(name)
         if spec is not None:
@@ -316,12 +319,14 @@ def _scrape(states: dict[str, _SeriesState], counters: dict, moment: float | Non
 def _scrapes(records: Iterable[Record], interval: float | None, catalogue: _Catalogue, stride: int) -> _Built:
     """One synthetic scrape per moment with a stat line (per line when there are no times): every series' held
     gauges and running counters. Event lines (a preemption warning, a retraction) add to the counters read at the
-    next stat line; a scrape of their own would weigh the held gauges twice."""
+    next stat line (a scrape of their own would weigh the held gauges twice); those after the last stat line, or in
+    a log of events alone, are read at one last moment."""
     states: dict[str, _SeriesState] = {}
     counters: dict[str, dict[str, float]] = {}  # signal → series → running total
     built = _Built(scrapes=[], seen={}, itl=ItlTally(), printed={}, stride=stride)
     pending: float | None = None
     has_level = False
+    events_after_flush = False  # event lines since the last scrape (retractions after the last stat line)
 
     def keep(last: bool) -> None:
         built.moments += 1
@@ -341,7 +346,7 @@ def _scrapes(records: Iterable[Record], interval: float | None, catalogue: _Cata
     for record in records:
         if has_level and (record.at is None or record.at != pending):
             flush()
-            has_level = False
+            has_level = events_after_flush = False
         _tally(built, record)
         pending = record.at
         state = states.setdefault(record.series, _SeriesState())
@@ -360,8 +365,11 @@ def _scrapes(records: Iterable[Record], interval: float | None, catalogue: _Cata
             state.covered_by_format[record.fmt] = covered
         if record.iterations is not None:
             state.last_iter = record.iterations
-        has_level = has_level or catalogue.level(record)
-    if has_level:
+        level = catalogue.level(record)
+        has_level = has_level or level
+        events_after_flush = events_after_flush or not level
+    if has_level or events_after_flush:
+        # the events after the last stat line (or a log of events alone) count at a last moment of their own
         flush(last=True)
     return built
 
@@ -533,14 +541,13 @@ def collect_logs(
         raise InputFileError(
             f"no stat lines between {option('since')} and {option('until')} (the log covers {span})", LOG_HINT
         )
-    if not built.scrapes:
-        raise InputFileError(f"{where}: only event lines ({built.first_format}), no stat lines to judge", LOG_HINT)
     has_itl = any("itl_seconds" in s.series for s in built.scrapes)
     probe = _probe_spec(name, built.seen, has_itl)
     signal_set = build_signal_set(probe, built.scrapes, where)
-    snapshot = timed and built.first_at == built.last_at
+    snapshot = built.moments == 1 or (timed and built.first_at == built.last_at)
     if not timed or snapshot:
         _without_interval(signal_set, built, snapshot)
+    _preemptions_reported(signal_set, built)
     _describe(signal_set, name, where, built, interval)
     _itl_source(signal_set, name, built.itl, timed, built.estimable)
     _window_note(signal_set, scan.untimed if timed else 0, timed, snapshot)
@@ -569,6 +576,28 @@ def _one_server(scan: LogScan, where: str, server: str | None) -> str:
             "analyze each server's log on its own",
         )
     return servers[0]
+
+
+PREEMPTIONS = "preemptions_per_second"
+
+
+def _preemptions_reported(signal_set: SignalSet, built: _Built) -> None:
+    """How many preemptions the log itself reports (its events counted, or the server's printed running total): a
+    count that needs no interval, so a log of preemption warnings alone, or one moment, still shows that no KV block
+    was free."""
+    if PREEMPTIONS not in built.seen or not built.scrapes:
+        return
+    counted = sum(built.scrapes[-1].series.get(PREEMPTIONS, {}).values())
+    total = max(counted, sum(built.printed_totals.get(PREEMPTIONS, {}).values()))
+    signal_set.add(
+        Signal(
+            name="preemptions_reported",
+            kind="gauge",
+            unit="preemptions",
+            stats={"last": total, "mean": total, "min": total, "max": total},
+            source=f"{signal_set.signals[PREEMPTIONS].source}: the preemptions the log reports, in all",
+        )
+    )
 
 
 def _without_interval(signal_set: SignalSet, built: _Built, snapshot: bool) -> None:

@@ -451,3 +451,47 @@ def test_sglang_decode_lines_of_every_vintage(line: str, values: dict[str, float
     assert record.fmt == "sglang-decode"
     assert record.values == values
     assert record.series == "0"
+
+
+# ---------------------------------------------------------------------------------------------
+# event lines alone, and after the last stat line
+
+# GAIR-NLP/LIMO#29 (tests/fixtures/field/vllm-limo-29-preempted-cumulative-101): a V0 preemption warning pasted alone,
+# without its prefix, as the whole report
+V0_PREEMPTED = (
+    " Sequence group 221 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
+    "This can affect the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to provide "
+    "more KV cache memory. total_num_cumulative_preemption=101"
+)
+
+
+def test_a_log_of_one_preemption_warning_is_read_as_a_snapshot_with_its_count(tmp_path):
+    from llmdiag.engine.evaluate import build_verdict
+
+    signals = collect_logs([_log(tmp_path, V0_PREEMPTED, "", "how to solve this problem?")])
+    assert signals.window.kind == "snapshot"
+    assert signals.signals["preemptions_reported"].stats["last"] == 101  # the server's own running total
+    assert signals.signals["preemptions_per_second"].unavailable  # one moment: no rate
+    verdict = build_verdict(signals)
+    assert verdict.bottleneck.value == "memory" and [f.code for f in verdict.findings] == ["MEM011"]
+    assert verdict.confidence < 0.5
+
+
+# sgl-project/sglang#2746 (tests/fixtures/field/sglang-2746-deepseek-v3-decode-oom): retractions logged after the
+# last decode line, one per TP rank for the same scheduler decision
+SGLANG_DECODE = (
+    "[2025-01-06 02:58:41 TP0] Decode batch. #running-req: 2, #token: 307801, token usage: 1.00, "
+    "gen throughput (token/s): 10.93, #queue-req: 0"
+)
+SGLANG_RETRACT = (
+    "[2025-01-06 02:58:44 TP{rank}] Decode out of memory happened. "
+    "#retracted_reqs: 1, #new_token_ratio: 0.0980 -> 0.9446"
+)
+
+
+def test_events_after_the_last_stat_line_still_count(tmp_path):
+    earlier = SGLANG_DECODE.replace("02:58:41", "02:58:33").replace("10.93", "10.94")
+    lines = [earlier, SGLANG_DECODE] + [SGLANG_RETRACT.format(rank=r) for r in (0, 5, 7, 2)]
+    signals = collect_logs([_log(tmp_path, *lines)])
+    assert signals.signals["preemptions_reported"].stats["last"] == 1
+    assert signals.signals["preemptions_per_second"].stats["increase"] == 1
