@@ -36,6 +36,21 @@ DIRECTORIES = sorted(d for d in FIELD.iterdir() if (d / "case.toml").is_file()) 
 CLASS_RATE = 0.9
 MIN_CASES = 30
 
+# Cases llmdiag gets wrong today, each with why: strict xfails, so a fix shows up (XPASS) and the entry goes. The
+# expectation stays the thread's; these are the known gaps the README's table counts.
+KNOWN_UNREAD = {
+    "nccl-tests-node-pairs-one-slow-node": "a table the poster typed (host pairs and a number), no tool's output",
+}
+KNOWN_WRONG_CLASS = {
+    "mixed-nccl-tests-p2p-level-loc-forces-shm": "the excerpt holds no bandwidth figure and no transport line: "
+    "nothing in it shows the link",
+    "nccl-ib-busbw-half-of-expected-misconfig": "the measured bandwidth is only in the prose; the data is a port "
+    "listing cut after its first port",
+    "nccl-tests-node-pairs-one-slow-node": "not read (a typed table)",
+    "vllm-18115-v1-kv-runs-out-concatenated": "the excerpt stops before the collapse: KV steady at 91-92 %, no queue, "
+    "no preemption",
+}
+
 
 def _load_or_none(directory: Path) -> Case | None:
     try:
@@ -65,13 +80,34 @@ def test_case_follows_the_format(directory):
     assert all(path.stat().st_size > 0 for path in case.paths), "an empty excerpt"
 
 
-@pytest.mark.parametrize("directory", DIRECTORIES, ids=lambda d: d.name)
+def _known(directory: Path, known: dict[str, str]) -> Path | object:
+    if directory.name in known:
+        return pytest.param(directory, marks=pytest.mark.xfail(strict=True, reason=known[directory.name]))
+    return directory
+
+
+@pytest.mark.parametrize("directory", [_known(d, KNOWN_UNREAD) for d in DIRECTORIES], ids=lambda d: d.name)
 def test_case_is_read_without_a_traceback(directory, scores):
     s = scores.get(directory.name)
     if s is None:
         pytest.fail("the case does not load (test_case_follows_the_format says why)")
     assert not s.traceback, f"{directory.name}: printed a traceback"
     assert s.read, f"{directory.name}: " + "; ".join(s.problems)
+
+
+def _concluded_a_class(directory: Path) -> bool:
+    case = _load_or_none(directory)
+    return case is not None and case.conclusion_class in CAPACITY
+
+
+@pytest.mark.parametrize(
+    "directory",
+    [_known(d, KNOWN_WRONG_CLASS) for d in DIRECTORIES if _concluded_a_class(d)],
+    ids=lambda d: d.name,
+)
+def test_case_gets_the_class_its_thread_concluded(directory, scores):
+    s = scores[directory.name]
+    assert s.right_class, f"{directory.name}: said {s.bottleneck} ({s.confidence}), thread {s.case.expect_class}"
 
 
 def test_no_confident_capacity_verdict_on_a_hang_or_a_metric_bug(scores):
@@ -82,6 +118,10 @@ def test_no_confident_capacity_verdict_on_a_hang_or_a_metric_bug(scores):
     assert not wrong, f"a capacity verdict on {len(wrong)} of {len(judged)} hang/metric-bug cases: {wrong}"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the issue's target, not met yet: the right class in 8 of 12 capacity cases today (KNOWN_WRONG_CLASS)",
+)
 def test_the_concluded_class_in_nine_cases_of_ten(scores):
     right, judged = class_rate(scores.values())
     misses = [
