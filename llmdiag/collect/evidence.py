@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmdiag.collect.exposition import ATTEMPT_RE, sample_name
-from llmdiag.collect.files import DEFAULT_MAX_BYTES, DUMP_HINT, collect_dcgm_pages, collect_files, read_text
+from llmdiag.collect.files import (
+    DEFAULT_MAX_BYTES,
+    DUMP_HINT,
+    collect_dcgm_pages,
+    collect_files,
+    read_text,
+    reading,
+)
 from llmdiag.collect.merge import COLLECTOR_COUNTS, merge_signal_sets
 from llmdiag.collect.paste import data_lines
 from llmdiag.errors import InputFileError, UsageError, option
@@ -201,17 +208,11 @@ def each(collect: Callable[[str, str], SignalSet]) -> Reader:
 
 def read_head(path: Path) -> Head:
     """A file's first bytes as a kind's test sees them; a missing, unreadable or empty file is refused here."""
-    try:
+    with reading(path):
         if path.is_dir():
             raise InputFileError(f"{path} is a directory, not a metrics dump")
         with path.open("rb") as handle:
             raw = handle.read(HEAD_BYTES)
-    except FileNotFoundError:
-        raise InputFileError(f"{path}: no such file") from None
-    except PermissionError:
-        raise InputFileError(f"{path}: permission denied") from None
-    except OSError as exc:
-        raise InputFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     if b"\0" in raw:
         raise InputFileError(f"{path} is a binary file, not text", NO_DATA_HINT)
     text = raw.decode("utf-8", errors="replace")

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,9 +48,22 @@ HEADER_LINES = 64
 NO_TIME = "no '# llmdiag-scraped-at' line and no sample timestamps"
 
 
+@contextmanager
+def reading(path: Path) -> Iterator[None]:
+    """Reading a given file: a missing, forbidden or unreadable path is one InputFileError naming it."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: no such file") from None
+    except PermissionError:
+        raise InputFileError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise InputFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+
 def read_text(path: Path, max_bytes: int) -> str:
     """A file's text; a missing, unreadable, oversized or directory path is one InputFileError."""
-    try:
+    with reading(path):
         if path.is_dir():
             raise InputFileError(f"{path} is a directory, not a metrics dump")
         size = path.stat().st_size
@@ -59,12 +73,6 @@ def read_text(path: Path, max_bytes: int) -> str:
                 f"raise the cap with {option('max_bytes')} if the dump really is that large",
             )
         return path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise InputFileError(f"{path}: no such file") from None
-    except PermissionError:
-        raise InputFileError(f"{path}: permission denied") from None
-    except OSError as exc:
-        raise InputFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
 
 
 def scraped_at(lines: list[str]) -> float | None:
