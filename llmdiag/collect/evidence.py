@@ -171,6 +171,14 @@ def _read_nccl_logs(paths: list[Path], options: ReadOptions) -> SignalSet:
     return each(collect_nccl_log)(paths, options)
 
 
+def _nccl_lines_with_numbers(head: Head) -> bool:
+    """NCCL's lines inside a file of another kind, read beside it where they say something (a version, a transport,
+    a warning): number-free ones (plugin notices) are not worth a source of their own."""
+    from llmdiag.collect.nccl.logs import looks_like_nccl_log, parse_nccl_log
+
+    return looks_like_nccl_log(head.text) and parse_nccl_log(head.text).has_numbers()
+
+
 NCCL_LOG = Kind("nccl-log", "NCCL log", _is_nccl_log, _read_nccl_logs, False)
 # in the order they are tried; the first whose test passes takes the file
 KINDS: tuple[Kind, ...] = (
@@ -187,7 +195,7 @@ KINDS: tuple[Kind, ...] = (
 )
 # kinds read from a file beside the kind that took it: a server log often carries NCCL's own lines, which say
 # what the stat lines cannot (transports, watchdog timeouts)
-COMPANIONS: tuple[Kind, ...] = (NCCL_LOG,)
+COMPANIONS: tuple[Kind, ...] = (Kind("nccl-log", "NCCL log", _nccl_lines_with_numbers, _read_nccl_logs, False),)
 # the order sources are combined in: the logs' window first, then the server's pages, then the GPUs and the links
 COMBINE_ORDER = ("log", "dump", "dcgm", "nvidia-smi", "nccl-tests", "nccl-log")
 
@@ -258,7 +266,7 @@ def sort_files(paths: list[Path]) -> Evidence:
         kind = classify(head)
         evidence.add(path, kind)
         for companion in COMPANIONS:
-            if companion is not kind and companion.test(head):
+            if companion.name != kind.name and companion.test(head):
                 evidence.add(path, companion)
     return evidence
 

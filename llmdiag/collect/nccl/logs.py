@@ -261,7 +261,7 @@ def collect_nccl_log(text: str, origin: str) -> SignalSet:
     of another kind (a server log, nccl-tests' output) are read as they are, whatever they hold: the file is data.
     """
     log = parse_nccl_log(text)
-    if not log.has_numbers() and not _other_data(text):
+    if not log.has_numbers():
         raise InputFileError(
             f"{origin}: an NCCL log with no numbers (no version, nranks, 'via' transport, NIC, setting, warning or "
             "timeout line)",
@@ -301,19 +301,6 @@ def _gdr_signal(log: NcclLog, where: str) -> Signal:
         return Signal.missing(name, "derived", "count", why, source=source)
     off = {nic: 1.0 for nic, enabled in log.gdr.items() if not enabled}
     return _count(name, float(len(off)), "count", source, "", off)
-
-
-def _other_data(text: str) -> bool:
-    """Whether the text is a file of another kind that carries NCCL's lines: a server log's stat records, nccl-tests'
-    result rows or metric samples (prose with a number in it is not data)."""
-    from llmdiag.collect.exposition import sample_name
-    from llmdiag.collect.log_lines import holds_record
-    from llmdiag.collect.nccl.tests_output import looks_like_nccl_tests
-    from llmdiag.schema.logs import load_log_spec
-
-    if looks_like_nccl_tests(text) or holds_record(text, load_log_spec(), json=False):
-        return True
-    return any(sample_name(line) for line in data_lines(text) if not NCCL_LINE_RE.search(line))
 
 
 def _ranks(log: NcclLog, where: str) -> Signal:

@@ -226,10 +226,15 @@ def test_nic_and_setting_lines_are_data():
     assert "NCCL_IB_DISABLE=0" in config["env"]
 
 
-def test_number_free_nccl_lines_inside_another_kind_of_file_do_not_refuse_it():
-    # plugin-loading lines alone are refused; beside a vLLM log's lines they are read as they are
+def test_number_free_nccl_lines_inside_another_kind_of_file_do_not_refuse_it(tmp_path):
+    # plugin-loading lines alone are refused; beside a vLLM log's lines the file is the log, and they add no source
+    from llmdiag.collect.evidence import collect_evidence, sort_files
+
     plugins = (NCCL / "plugins-only.txt").read_text()
     server = (FIXTURES / "logs" / "vllm-0.32-healthy.log").read_text()
-    signals = collect_nccl_log(server + plugins, "mixed.log")
-    assert value(signals, "nccl_warnings") == 0
-    assert signals.signals["nccl_p2p_connections"].unavailable
+    mixed = tmp_path / "mixed.log"
+    mixed.write_text(server + plugins)
+    assert set(sort_files([mixed]).files) == {"log"}
+    assert [s.probe for s in collect_evidence([mixed]).sources] == ["vllm-log"]
+    with pytest.raises(InputFileError, match="no numbers"):
+        collect_nccl_log(plugins, "plugins.log")
