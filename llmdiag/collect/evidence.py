@@ -159,6 +159,18 @@ def _read_nccl_tests(paths: list[Path], options: ReadOptions) -> SignalSet:
     return each(collect_nccl_tests)(paths, options)
 
 
+def _is_ib_ports(head: Head) -> bool:
+    from llmdiag.collect.telemetry.ib_ports import looks_like_ib_ports
+
+    return looks_like_ib_ports(head.text)
+
+
+def _read_ib_ports(paths: list[Path], options: ReadOptions) -> SignalSet:
+    from llmdiag.collect.telemetry.ib_ports import collect_ib_ports
+
+    return each(collect_ib_ports)(paths, options)
+
+
 def _read_nvidia_smi(paths: list[Path], options: ReadOptions) -> SignalSet:
     from llmdiag.collect.telemetry.nvidia_smi import collect_nvidia_smi
 
@@ -188,6 +200,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("dump", "metrics page without a readable sample", _is_unreadable_page, _read_dumps, True),
     Kind("nvidia-smi", "nvidia-smi output", _is_nvidia_smi, _read_nvidia_smi, False),
     Kind("nccl-tests", "nccl-tests output", _is_nccl_tests, _read_nccl_tests, False),
+    Kind("ib-ports", "InfiniBand port listing (ibstatus, ibstat)", _is_ib_ports, _read_ib_ports, False),
     Kind("log", "server log", _holds_log_record, _read_logs, True),
     NCCL_LOG,
     Kind("dump", "metrics page of an unrecognised server", _is_any_page, _read_dumps, True),
@@ -197,7 +210,7 @@ KINDS: tuple[Kind, ...] = (
 # what the stat lines cannot (transports, watchdog timeouts)
 COMPANIONS: tuple[Kind, ...] = (Kind("nccl-log", "NCCL log", _nccl_lines_with_numbers, _read_nccl_logs, False),)
 # the order sources are combined in: the logs' window first, then the server's pages, then the GPUs and the links
-COMBINE_ORDER = ("log", "dump", "dcgm", "nvidia-smi", "nccl-tests", "nccl-log")
+COMBINE_ORDER = ("log", "dump", "dcgm", "nvidia-smi", "nccl-tests", "ib-ports", "nccl-log")
 
 
 def each(collect: Callable[[str, str], SignalSet]) -> Reader:

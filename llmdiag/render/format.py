@@ -25,6 +25,7 @@ UNIT_LABELS = {
 SCALED_UNITS: dict[str, list[tuple[float, str]]] = {
     "bytes": [(2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")],
     "bytes/s": [(1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")],
+    "bits_per_second": [(1e9, "Gb/s"), (1e6, "Mb/s")],
     "hertz": [(1e9, "GHz"), (1e6, "MHz")],
 }
 UNIT_SYMBOLS = {"celsius": "°C", "watts": "W"}
