@@ -193,22 +193,30 @@ def _nccl_lines_with_numbers(head: Head) -> bool:
 
 NCCL_LOG = Kind("nccl-log", "NCCL log", _is_nccl_log, _read_nccl_logs, False)
 # in the order they are tried; the first whose test passes takes the file
+NVIDIA_SMI = Kind("nvidia-smi", "nvidia-smi output", _is_nvidia_smi, _read_nvidia_smi, False)
+NCCL_TESTS = Kind("nccl-tests", "nccl-tests output", _is_nccl_tests, _read_nccl_tests, False)
+IB_PORTS = Kind("ib-ports", "InfiniBand port listing (ibstatus, ibstat)", _is_ib_ports, _read_ib_ports, False)
 KINDS: tuple[Kind, ...] = (
     Kind("dump", "server /metrics dump", _is_server_page, _read_dumps, True),
     Kind("dcgm", "DCGM exporter page", _is_dcgm_page, _read_dcgm, False),
     Kind("dump", "TensorRT-LLM JSON iteration stats", _is_trtllm_json, _read_dumps, True),
     Kind("dump", "metrics page without a readable sample", _is_unreadable_page, _read_dumps, True),
-    Kind("nvidia-smi", "nvidia-smi output", _is_nvidia_smi, _read_nvidia_smi, False),
-    Kind("nccl-tests", "nccl-tests output", _is_nccl_tests, _read_nccl_tests, False),
-    Kind("ib-ports", "InfiniBand port listing (ibstatus, ibstat)", _is_ib_ports, _read_ib_ports, False),
     Kind("log", "server log", _holds_log_record, _read_logs, True),
+    NVIDIA_SMI,
+    NCCL_TESTS,
+    IB_PORTS,
     NCCL_LOG,
     Kind("dump", "metrics page of an unrecognised server", _is_any_page, _read_dumps, True),
     Kind("log", "server log", _is_log, _read_logs, True),
 )
-# kinds read from a file beside the kind that took it: a server log often carries NCCL's own lines, which say
-# what the stat lines cannot (transports, watchdog timeouts)
-COMPANIONS: tuple[Kind, ...] = (Kind("nccl-log", "NCCL log", _nccl_lines_with_numbers, _read_nccl_logs, False),)
+# kinds read from a file beside the kind that took it: one pasted comment often holds the server's log and
+# nvidia-smi's table, nccl-tests' rows or NCCL's own lines (transports, watchdog timeouts), each worth its reader
+COMPANIONS: tuple[Kind, ...] = (
+    NVIDIA_SMI,
+    NCCL_TESTS,
+    IB_PORTS,
+    Kind("nccl-log", "NCCL log", _nccl_lines_with_numbers, _read_nccl_logs, False),
+)
 # the order sources are combined in: the logs' window first, then the server's pages, then the GPUs and the links
 COMBINE_ORDER = ("log", "dump", "dcgm", "nvidia-smi", "nccl-tests", "ib-ports", "nccl-log")
 

@@ -187,3 +187,14 @@ def test_nccl_lines_inside_a_server_log_are_read_as_well(tmp_path):
     signals = collect_evidence([both], evidence=evidence)
     assert signals.signals["requests_running"].unavailable is None
     assert signals.signals["collective_timeouts"].stats["value"] == watchdog.count("Watchdog caught collective")
+
+
+def test_a_comment_with_a_log_and_an_nvidia_smi_table_is_read_by_both(tmp_path):
+    """One pasted comment: the server's stat lines, then nvidia-smi's table below them."""
+    table = (SMI / "rtx4090-x4-shared-gpu-table.txt").read_text()
+    comment = write(tmp_path / "comment.md", f"Server log:\n```\n{LOG.read_text()}```\nnvidia-smi:\n```\n{table}```\n")
+    evidence = sort_files([comment])
+    assert set(evidence.files) == {"log", "nvidia-smi"}
+    signals = collect_evidence([comment], evidence=evidence)
+    assert signals.signals["requests_running"].unavailable is None
+    assert signals.signals["gpu_memory_used_bytes"].stats["max"] == 23703 * MIB
