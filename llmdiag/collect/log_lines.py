@@ -16,13 +16,17 @@ from __future__ import annotations
 import calendar
 import heapq
 import json
+import marshal
 import math
 import re
+import re._constants as re_constants  # type: ignore[import-not-found]  # the regex parser: required_text
+import re._parser as re_parser  # type: ignore[import-not-found]
+import tempfile
 from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 
@@ -60,8 +64,23 @@ class Record:
     clock: bool = False  # its time had no date (old SGLang "[16:43:29 TP0]"): on the file's date
 
 
-@lru_cache(maxsize=8192)  # stat lines repeat their second many times; strptime is the slow part of a line
+# a time as most stamps print it, all ASCII digits in place: read without strptime (the slow part of a line)
+ISO_FORMAT = "%Y-%m-%d %H:%M:%S"
+ISO_DIGITS = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[T ]([0-9]{2}):([0-9]{2}):([0-9]{2})")
+EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+
+
 def utc(text: str, fmt: str) -> float:
+    if fmt == ISO_FORMAT and (digits := ISO_DIGITS.fullmatch(text)) is not None:
+        year, month, day, hour, minute, second = map(int, digits.groups())
+        # datetime() refuses what strptime refuses (month 13, 30 February, second 60)
+        stamp = datetime(year, month, day, hour, minute, second)
+        return (stamp.toordinal() - EPOCH_ORDINAL) * 86400 + hour * 3600 + minute * 60 + second
+    return _utc_parsed(text, fmt)
+
+
+@lru_cache(maxsize=8192)  # stat lines repeat their second many times
+def _utc_parsed(text: str, fmt: str) -> float:
     return calendar.timegm(datetime.strptime(text.replace("T", " "), fmt).timetuple())
 
 
@@ -94,9 +113,19 @@ class LineReader:
             )
             tag = re.compile(prefix.tag) if prefix.tag else None
             self.cut.append((name, re.compile(prefix.pattern), tag, prefix.keyword or "", owners))
+        # what _match tries, worked out once: the prefixes each line may follow, and the literal text its pattern
+        # needs (a line without it cannot match: its regex is not run)
+        self.tries = [
+            (line, pattern, optional, frozenset((*line.prefixes, *self.generic)), required_text(pattern))
+            for line, pattern, optional in self.lines
+        ]
 
     def wanted(self, text: str) -> bool:
-        return any(k in text for k in self.keywords)
+        # a plain loop: cheaper than any() over a generator, and it runs on every line
+        for keyword in self.keywords:  # noqa: SIM110
+            if keyword in text:
+                return True
+        return False
 
     def continues(self, text: str) -> bool:
         """Whether a line may be the rest of a wrapped record: it starts with no time or prefix of its own and holds
@@ -148,8 +177,14 @@ class LineReader:
         """The line cut at every server prefix in it: (prefix, the text up to the next one)."""
         heads: list[tuple[int, str, re.Match[str], re.Match[str] | None]] = []
         for name, pattern, tag, needs, owners in self.cut:
-            if needs not in body or (owners and not any(k in body for k in owners)):
+            if needs not in body:
                 continue
+            for keyword in owners:  # loops, not any(): this runs for every prefix of every line
+                if keyword in body:
+                    break
+            else:
+                if owners:
+                    continue
             for m in pattern.finditer(body):
                 before = tag.search(body, max(0, m.start() - 120), m.start()) if tag else None
                 heads.append((before.start() if before else m.start(), name, m, before))
@@ -175,10 +210,15 @@ class LineReader:
     ) -> Record | None:
         if not self.wanted(segment):
             return None
-        for line, pattern, optional in self.lines:
-            if line.keyword not in segment or (head is not None and head[0] not in (*line.prefixes, *self.generic)):
+        for line, pattern, optional, after, required in self.tries:
+            hit = None
+            if line.keyword not in segment or (head is not None and head[0] not in after):
                 continue
-            hit = pattern.search(segment)
+            for text in required:
+                if text not in segment:
+                    break
+            else:
+                hit = pattern.search(segment)
             if hit is None:
                 continue
             at = self._time(head[0], head[1]["time"] or "", year, file_time, lead) if head else lead
@@ -207,6 +247,28 @@ class LineReader:
         return None
 
 
+RANK_TAG = re.compile(r"([A-Z_]*[A-Z])(\d+)")
+
+
+def required_text(pattern: re.Pattern[str]) -> tuple[str, ...]:
+    """The runs of literal text at a pattern's top level (outside any group, branch or repeat): every match holds
+    each of them, so a text without one cannot match. Empty for a case-insensitive pattern."""
+    if pattern.flags & re.IGNORECASE:
+        return ()
+    runs: list[str] = []
+    run: list[str] = []
+    for op, value in re_parser.parse(pattern.pattern, pattern.flags):
+        if op is re_constants.LITERAL:
+            run.append(chr(value))
+            continue
+        if len(run) > 2:
+            runs.append("".join(run))
+        run = []
+    if len(run) > 2:
+        runs.append("".join(run))
+    return tuple(runs)
+
+
 DURATION = re.compile(r"^([\d.]+)(ns|µs|us|ms|s)$")
 DURATION_SECONDS = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
@@ -214,6 +276,10 @@ DURATION_SECONDS = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 def number(text: str) -> float:
     """A printed value: a number, True/False (SGLang's "cuda graph: True"), a Duration as Rust's Debug prints it
     ("161.454300714s", "681.374µs": TGI's span fields) in seconds, or empty text: an event marker, 1."""
+    try:  # the common case first: no Duration, boolean or empty text is a float
+        return float(text)
+    except ValueError:
+        pass
     if text in BOOLEAN:
         return BOOLEAN[text]
     if not text:
@@ -226,12 +292,17 @@ def number(text: str) -> float:
 
 def series_of(engine: str | None, tags: dict[str, str | None]) -> str:
     """The series a line belongs to: a DP engine of one process."""
+    return _series(engine, tags.get("tid"), tags.get("pid"), tags.get("tags"))
+
+
+@lru_cache(maxsize=4096)  # a log has few series, each on many lines
+def _series(engine: str | None, tid: str | None, pid: str | None, rank: str | None) -> str:
     parts: list[str] = []
-    if tags.get("tid"):  # glog: one series per thread (a Mooncake engine per rank)
-        return f"thread {tags['tid']}"
-    if tags.get("pid"):
-        parts.append(f"pid {tags['pid']}")
-    rank_tags = dict(re.findall(r"([A-Z_]*[A-Z])(\d+)", tags.get("tags") or ""))
+    if tid:  # glog: one series per thread (a Mooncake engine per rank)
+        return f"thread {tid}"
+    if pid:
+        parts.append(f"pid {pid}")
+    rank_tags = dict(RANK_TAG.findall(rank or ""))
     dp = engine if engine is not None else rank_tags.get("DP")
     parts.append(str(int(dp)) if dp is not None else "0")
     return "/".join(parts)
@@ -456,6 +527,56 @@ def _take(best: list[Record], used: int, ahead: deque[str]) -> list[Record]:
     return best
 
 
+# records a spool writes at a time: the memory a spool holds, whatever the log's length
+SPOOL_BLOCK = 4096
+
+
+class _Spool:
+    """One file's records as the first pass read them, written to a temporary file in blocks, so that the second
+    pass reads them back instead of matching every line again (memory stays flat: one block at a time). marshal keeps
+    every value exactly (floats, and the ints a time may be)."""
+
+    def __init__(self) -> None:
+        self.handle = tempfile.TemporaryFile()  # noqa: SIM115 (open until close(): deleted then)
+        self.block: list[tuple] = []
+
+    def add(self, r: Record) -> None:
+        self.block.append(
+            (r.at, r.series, r.server, r.fmt, r.values, r.known_zero, r.itl_estimate, r.iterations, r.yearless, r.clock)
+        )
+        if len(self.block) >= SPOOL_BLOCK:
+            self._write()
+
+    def _write(self) -> None:
+        marshal.dump(self.block, self.handle)
+        self.block = []
+
+    def records(self) -> Iterator[Record]:
+        """The records in the order added (each call reads them from the start)."""
+        if self.block:
+            self._write()
+        self.handle.seek(0)
+        while True:
+            try:
+                block = marshal.load(self.handle)
+            except EOFError:
+                return
+            for at, series, server, fmt, values, known_zero, itl, iterations, yearless, clock in block:
+                yield Record(
+                    at, series, server, fmt, values, known_zero, itl, iterations, yearless=yearless, clock=clock
+                )
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def _spool() -> _Spool | None:
+    try:
+        return _Spool()
+    except OSError:  # no writable temporary folder: the second pass reads the file again
+        return None
+
+
 @dataclass
 class LogScan:
     """What a first pass over the files saw, holding no record: enough to resolve the window (its first and last
@@ -473,6 +594,22 @@ class LogScan:
     reference: float | None = None  # the latest dated time (not yearless): the year of the yearless ones
     _dated: list[float] = field(default_factory=lambda: [math.inf, -math.inf])
     _yearless: list[float] = field(default_factory=lambda: [math.inf, -math.inf])
+    # each file's records as read (None: read the file again): the second pass reads these
+    spools: list[_Spool | None] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Delete the spools (the second pass is over)."""
+        for spool in self.spools:
+            if spool is not None:
+                spool.close()
+        self.spools = []
+
+    def records(self, index: int, reader: LineReader, max_bytes: int) -> Iterator[Record]:
+        """One file's records again: from its spool, or read anew."""
+        spool = self.spools[index] if index < len(self.spools) else None
+        if spool is not None:
+            return spool.records()
+        return _open_records(self.files[index], max_bytes, reader, {"lines": 0}, [])
 
     def rebase(self, at: float) -> float:
         """A yearless time in the year of the log's dated lines (when it has any)."""
@@ -503,14 +640,28 @@ def _open_records(path: Path, max_bytes: int, reader: LineReader, counts: dict[s
 
 
 def scan_logs(paths: list[Path], max_bytes: int, reader: LineReader, rate_fields: set[str]) -> LogScan:
-    """The first pass: counts, servers, time bounds, file order, the gaps between each series' rate lines."""
+    """The first pass: counts, servers, time bounds, file order, the gaps between each series' rate lines; each file's
+    records spooled for the second pass (``LogScan.close`` deletes them)."""
     scan = LogScan(files=list(paths))
+    try:
+        _scan_files(scan, max_bytes, reader, rate_fields)
+    except BaseException:
+        scan.close()
+        raise
+    return scan
+
+
+def _scan_files(scan: LogScan, max_bytes: int, reader: LineReader, rate_fields: set[str]) -> None:
     counts = {"lines": 0}
     untimed_servers: set[str] = set()
-    for index, path in enumerate(paths):
+    for index, path in enumerate(scan.files):
         last_at = -math.inf
         last_rate: dict[tuple[str, str], float] = {}
+        spool = _spool()
+        scan.spools.append(spool)
         for record in _open_records(path, max_bytes, reader, counts, scan.first_lines):
+            if spool is not None:
+                spool.add(record)
             if record.at is None:
                 scan.untimed += 1
                 untimed_servers.add(record.server)
@@ -533,7 +684,6 @@ def scan_logs(paths: list[Path], max_bytes: int, reader: LineReader, rate_fields
         scan.servers = untimed_servers
     else:
         scan.reference = scan._dated[1] if scan._dated[0] <= scan._dated[1] else None
-    return scan
 
 
 def iter_records(scan: LogScan, reader: LineReader, max_bytes: int) -> Iterator[Record]:
@@ -542,13 +692,13 @@ def iter_records(scan: LogScan, reader: LineReader, max_bytes: int) -> Iterator[
     record has a time (when some have, the untimed ones cannot be placed and are left out)."""
     if not scan.timed:
         order = 0
-        for path in scan.files:
-            for record in _open_records(path, max_bytes, reader, {"lines": 0}, []):
+        for index in range(len(scan.files)):
+            for record in scan.records(index, reader, max_bytes):
                 record.order = order
                 order += 1
                 yield record
         return
-    streams = [_timed(scan, index, path, reader, max_bytes) for index, path in enumerate(scan.files)]
+    streams = [_timed(scan, index, reader, max_bytes) for index in range(len(scan.files))]
     # SGLang prints a retraction on every TP rank of the scheduler: one event, many identical lines
     moment: float | None = None
     marks: set[tuple] = set()
@@ -563,9 +713,9 @@ def iter_records(scan: LogScan, reader: LineReader, max_bytes: int) -> Iterator[
         yield record
 
 
-def _timed(scan: LogScan, index: int, path: Path, reader: LineReader, max_bytes: int) -> Iterator[Record]:
+def _timed(scan: LogScan, index: int, reader: LineReader, max_bytes: int) -> Iterator[Record]:
     def records() -> Iterator[Record]:
-        for seq, record in enumerate(_open_records(path, max_bytes, reader, {"lines": 0}, [])):
+        for seq, record in enumerate(scan.records(index, reader, max_bytes)):
             if record.at is None:
                 continue
             if record.yearless:

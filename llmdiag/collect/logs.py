@@ -518,6 +518,22 @@ def collect_logs(
     catalogue = _Catalogue.of(spec)
     reader = LineReader(spec, _servers(server))
     scan = scan_logs(paths, max_bytes, reader, catalogue.rate_names)
+    try:
+        return _collect(paths, (since, until), server, scan, (reader, catalogue, max_bytes))
+    finally:
+        scan.close()  # the spooled records
+
+
+def _collect(
+    paths: list[Path],
+    when: tuple[str | None, str | None],
+    server: str | None,
+    scan: LogScan,
+    reading: tuple[LineReader, _Catalogue, int],
+) -> SignalSet:
+    """The second pass, over the first pass's scan: the records into scrapes, the scrapes into signals."""
+    since, until = when
+    reader, catalogue, max_bytes = reading
     where = ", ".join(str(p) for p in paths)
     name = _one_server(scan, where, server)
     timed = scan.timed > 0
