@@ -71,12 +71,17 @@ EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 
 
 def utc(text: str, fmt: str) -> float:
-    if fmt == ISO_FORMAT and (digits := ISO_DIGITS.fullmatch(text)) is not None:
-        year, month, day, hour, minute, second = map(int, digits.groups())
-        # datetime() refuses what strptime refuses (month 13, 30 February, second 60)
-        stamp = datetime(year, month, day, hour, minute, second)
-        return (stamp.toordinal() - EPOCH_ORDINAL) * 86400 + hour * 3600 + minute * 60 + second
+    if fmt == ISO_FORMAT and ISO_DIGITS.fullmatch(text) is not None:
+        hour, minute, second = int(text[11:13]), int(text[14:16]), int(text[17:19])
+        if hour < 24 and minute < 60 and second < 60:  # else strptime says what is wrong
+            return _day_seconds(text[:10]) + hour * 3600 + minute * 60 + second
     return _utc_parsed(text, fmt)
+
+
+@lru_cache(maxsize=1024)
+def _day_seconds(day: str) -> int:
+    # date() refuses what strptime refuses (month 13, 30 February)
+    return (date(int(day[:4]), int(day[5:7]), int(day[8:10])).toordinal() - EPOCH_ORDINAL) * 86400
 
 
 @lru_cache(maxsize=8192)  # stat lines repeat their second many times
@@ -116,9 +121,20 @@ class LineReader:
         # what _match tries, worked out once: the prefixes each line may follow, and the literal text its pattern
         # needs (a line without it cannot match: its regex is not run)
         self.tries = [
-            (line, pattern, optional, frozenset((*line.prefixes, *self.generic)), required_text(pattern))
+            (
+                line.keyword,
+                frozenset((*line.prefixes, *self.generic)),
+                required_text(pattern)[::-1],  # the last first: a line's last numbers tell formats apart
+                pattern,
+                optional,
+                line,
+            )
             for line, pattern, optional in self.lines
         ]
+        # per prefix: its time format, and whether that has a year and a day
+        self.time_kinds = {
+            name: (fmt, "%Y" in fmt, "%d" in fmt, f"%Y-{fmt}") for name, (_, fmt) in self.prefixes.items()
+        }
 
     def wanted(self, text: str) -> bool:
         # a plain loop: cheaper than any() over a generator, and it runs on every line
@@ -137,17 +153,17 @@ class LineReader:
     # -- time ---------------------------------------------------------------------------------------------------
 
     def _time(self, prefix: str, raw: str, year: int, file_time: float, lead: float | None) -> float:
-        pattern_fmt = self.prefixes[prefix][1]
-        if "%Y" in pattern_fmt:
+        pattern_fmt, has_year, has_day, with_year = self.time_kinds[prefix]
+        if has_year:
             return utc(raw, pattern_fmt)
-        if "%d" not in pattern_fmt:  # a time of day alone: on the file's date (midnight is crossed in iter_file)
+        if not has_day:  # a time of day alone: on the file's date (midnight is crossed in iter_file)
             day = datetime.fromtimestamp(lead if lead is not None else file_time, tz=timezone.utc)
             return utc(f"{day:%Y-%m-%d} {raw}", f"%Y-%m-%d {pattern_fmt}")
         if lead is not None:  # docker/kubectl --timestamps: the lead stamp has the year
             year = datetime.fromtimestamp(lead, tz=timezone.utc).year
-        at = utc(f"{year}-{raw}", f"%Y-{pattern_fmt}")
+        at = utc(f"{year}-{raw}", with_year)
         if lead is None and at > file_time + 86400:  # a December line in a January file
-            at = utc(f"{year - 1}-{raw}", f"%Y-{pattern_fmt}")
+            at = utc(f"{year - 1}-{raw}", with_year)
         return at
 
     # -- one line -----------------------------------------------------------------------------------------------
@@ -190,8 +206,15 @@ class LineReader:
                 heads.append((before.start() if before else m.start(), name, m, before))
         if not heads:
             return [(None, body)]
-        heads.sort(key=lambda h: h[0])
         pieces: list[tuple[tuple[str, dict[str, str | None]] | None, str]] = []
+        if len(heads) == 1:  # the common case, in short: one prefix, the record after it
+            start, name, m, before = heads[0]
+            if start > 0:
+                pieces.append((None, body[:start]))
+            tags = m.groupdict() | before.groupdict() if before else m.groupdict()
+            pieces.append(((name, tags), body[m.end() :]))
+            return pieces
+        heads.sort(key=lambda h: h[0])
         if heads[0][0] > 0:  # a tqdm bar or other text before the first prefix
             pieces.append((None, body[: heads[0][0]]))
         for i, (_, name, m, before) in enumerate(heads):
@@ -210,9 +233,9 @@ class LineReader:
     ) -> Record | None:
         if not self.wanted(segment):
             return None
-        for line, pattern, optional, after, required in self.tries:
+        for keyword, after, required, pattern, optional, line in self.tries:
             hit = None
-            if line.keyword not in segment or (head is not None and head[0] not in after):
+            if keyword not in segment or (head is not None and head[0] not in after):
                 continue
             for text in required:
                 if text not in segment:
@@ -227,26 +250,33 @@ class LineReader:
                 more = extra.search(segment)
                 if more:
                     groups.update({k: v for k, v in more.groupdict().items() if v is not None})
-            values = {k: number(v) for k, v in groups.items() if k not in ("engine", "mode", "unix_time")}
+            try:  # plain numbers, the common case; number() reads the others
+                values = {k: float(v) for k, v in groups.items() if k not in NOT_VALUES}
+            except ValueError:
+                values = {k: number(v) for k, v in groups.items() if k not in NOT_VALUES}
             if "unix_time" in groups:  # the record's own time (llama.cpp's "timestamp=")
                 at = float(groups["unix_time"])
-            tags = head[1] if head is not None else {}
-            fmt = self.prefixes[head[0]][1] if head is not None else "%Y"
-            yearless = head is not None and lead is None and "%Y" not in fmt and "%d" in fmt
+            if head is not None:
+                _, has_year, has_day, _ = self.time_kinds[head[0]]
+                tags = head[1]
+            else:
+                has_year, has_day, tags = True, True, {}
             return Record(
-                at=at,
-                series=series_of(groups.get("engine"), tags),
-                server=line.server,
-                fmt=line.name,
-                values=values,
-                known_zero=tuple(f for f in line.absent_zero if f not in values),
-                itl_estimate=line.itl_estimate,
-                yearless=yearless,
-                clock=head is not None and "%d" not in fmt and "unix_time" not in groups,
+                at,
+                series_of(groups.get("engine"), tags),
+                line.server,
+                line.name,
+                values,
+                tuple(f for f in line.absent_zero if f not in values) if line.absent_zero else (),
+                line.itl_estimate,
+                yearless=head is not None and lead is None and not has_year and has_day,
+                clock=head is not None and not has_day and "unix_time" not in groups,
             )
         return None
 
 
+# named groups that are no field's value: the engine (a series), a mode word, the record's own time
+NOT_VALUES = frozenset(("engine", "mode", "unix_time"))
 RANK_TAG = re.compile(r"([A-Z_]*[A-Z])(\d+)")
 
 
@@ -548,7 +578,9 @@ class _Spool:
             self._write()
 
     def _write(self) -> None:
-        marshal.dump(self.block, self.handle)
+        data = marshal.dumps(self.block)  # then read back whole: marshal.load(file) reads it piece by piece, slowly
+        self.handle.write(len(data).to_bytes(8, "little"))
+        self.handle.write(data)
         self.block = []
 
     def records(self) -> Iterator[Record]:
@@ -556,11 +588,8 @@ class _Spool:
         if self.block:
             self._write()
         self.handle.seek(0)
-        while True:
-            try:
-                block = marshal.load(self.handle)
-            except EOFError:
-                return
+        while size := int.from_bytes(self.handle.read(8), "little"):
+            block = marshal.loads(self.handle.read(size))
             for at, series, server, fmt, values, known_zero, itl, iterations, yearless, clock in block:
                 yield Record(
                     at, series, server, fmt, values, known_zero, itl, iterations, yearless=yearless, clock=clock

@@ -217,14 +217,18 @@ def _accumulate(record: Record, state: _SeriesState, counters: dict, built: _Bui
         spec = catalogue.fields.get(name)
         if spec is None:
             continue
-        built.seen.setdefault(spec.signal, spec)
+        if spec.signal not in built.seen:
+            built.seen[spec.signal] = spec
         if spec.kind == "gauge":
             state.gauges[spec.signal] = value * spec.scale
             if spec.per_request:
                 state.fleeting.add(spec.signal)
             continue
-        totals = counters.setdefault(spec.signal, {})
-        totals.setdefault(record.series, 0.0)
+        totals = counters.get(spec.signal)
+        if totals is None:
+            totals = counters[spec.signal] = {}
+        if record.series not in totals:
+            totals[record.series] = 0.0
         if spec.kind == "rate":
             rate = value * spec.scale
             state.printed[spec.signal] = rate
@@ -349,7 +353,9 @@ def _scrapes(records: Iterable[Record], interval: float | None, catalogue: _Cata
             has_level = events_after_flush = False
         _tally(built, record)
         pending = record.at
-        state = states.setdefault(record.series, _SeriesState())
+        state = states.get(record.series)
+        if state is None:  # (not setdefault: a new state's dicts are built only when needed)
+            state = states[record.series] = _SeriesState()
         previous = state.last_by_format.get(record.fmt)
         same_second = previous is not None and record.at == previous
         if same_second:
