@@ -126,7 +126,7 @@ class LineReader:
                 frozenset((*line.prefixes, *self.generic)),
                 required_text(pattern)[::-1],  # the last first: a line's last numbers tell formats apart
                 pattern,
-                optional,
+                tuple((extra, required_text(extra)) for extra in optional),
                 line,
             )
             for line, pattern, optional in self.lines
@@ -202,7 +202,8 @@ class LineReader:
                 if owners:
                     continue
             for m in pattern.finditer(body):
-                before = tag.search(body, max(0, m.start() - 120), m.start()) if tag else None
+                start = m.start()
+                before = tag.search(body, start - 120 if start > 120 else 0, start) if tag else None
                 heads.append((before.start() if before else m.start(), name, m, before))
         if not heads:
             return [(None, body)]
@@ -246,10 +247,14 @@ class LineReader:
                 continue
             at = self._time(head[0], head[1]["time"] or "", year, file_time, lead) if head else lead
             groups = {k: v for k, v in hit.groupdict().items() if v is not None}
-            for extra in optional:  # anywhere in the record: SGLang prints token usage before its core numbers
-                more = extra.search(segment)
-                if more:
-                    groups.update({k: v for k, v in more.groupdict().items() if v is not None})
+            for extra, needs in optional:  # anywhere in the record: SGLang prints token usage before its core numbers
+                for text in needs:
+                    if text not in segment:
+                        break
+                else:
+                    more = extra.search(segment)
+                    if more:
+                        groups.update({k: v for k, v in more.groupdict().items() if v is not None})
             try:  # plain numbers, the common case; number() reads the others
                 values = {k: float(v) for k, v in groups.items() if k not in NOT_VALUES}
             except ValueError:
@@ -267,7 +272,7 @@ class LineReader:
                 line.server,
                 line.name,
                 values,
-                tuple(f for f in line.absent_zero if f not in values) if line.absent_zero else (),
+                tuple([f for f in line.absent_zero if f not in values]) if line.absent_zero else (),
                 line.itl_estimate,
                 yearless=head is not None and lead is None and not has_year and has_day,
                 clock=head is not None and not has_day and "unix_time" not in groups,
@@ -506,8 +511,9 @@ def _file_records(
         if len(first) < 3:
             first.append(unquote_line(raw)[:80])
         if reader.wanted(raw):
-            found = reader.read_line(unquote_line(raw), year, file_time)
-            if not found or all(r.fmt in reader.cut_short for r in found):
+            found = reader.read_line(_unquoted(raw), year, file_time)
+            # (the first record first: nearly always a whole one, and then no generator is built)
+            if not found or (found[0].fmt in reader.cut_short and all(r.fmt in reader.cut_short for r in found)):
                 found = _unwrap(raw, found, reader, (lines, ahead), when)
             yield from found
         elif reader.json and ("{" in raw or "[" in raw):
@@ -518,6 +524,15 @@ def _file_records(
                 block = _JsonBlock(*start)
     if block is not None:
         yield from block.records()
+
+
+def _unquoted(raw: str) -> str:
+    """``unquote_line``, in short for a line that starts with no quote marker or fence (nearly every line of a log):
+    then the regexes would take nothing and only the stripping is left."""
+    text = raw.strip()
+    if text and text[0] not in ">`~":
+        return text
+    return unquote_line(raw)
 
 
 def _values(records: list[Record]) -> int:
@@ -698,7 +713,10 @@ def _scan_files(scan: LogScan, max_bytes: int, reader: LineReader, rate_fields: 
             scan.timed += 1
             scan.servers.add(record.server)
             span = scan._yearless if record.yearless else scan._dated
-            span[0], span[1] = min(span[0], record.at), max(span[1], record.at)
+            if record.at < span[0]:
+                span[0] = record.at
+            if record.at > span[1]:
+                span[1] = record.at
             if record.at < last_at:
                 scan.unsorted.add(index)
             last_at = max(last_at, record.at)
