@@ -8,7 +8,9 @@ a line, the line is cut at each one, and each piece is matched on its own. A sta
 with ``at = None``: the caller orders such records as given and says so. TensorRT-LLM iteration records are JSON:
 one object a line (with or without a prefix), a JSON array, or pretty-printed over many lines.
 
-Files are streamed: a cheap keyword test (each [[line]]'s ``keyword``) skips every other line before any regex.
+Files are streamed: a cheap keyword test (each [[line]]'s ``keyword``) skips every other line before any regex, and
+a line format whose pattern's literal text is not in the line is not tried. The first pass spools its records to a
+temporary file, a block at a time, so the second pass reads them back instead of matching every line again.
 """
 
 from __future__ import annotations
@@ -584,8 +586,11 @@ class _Spool:
     def __init__(self) -> None:
         self.handle = tempfile.TemporaryFile()  # noqa: SIM115 (open until close(): deleted then)
         self.block: list[tuple] = []
+        self.failed = False  # a write failed (a full disk): the second pass reads the file again
 
     def add(self, r: Record) -> None:
+        if self.failed:
+            return
         self.block.append(
             (r.at, r.series, r.server, r.fmt, r.values, r.known_zero, r.itl_estimate, r.iterations, r.yearless, r.clock)
         )
@@ -594,14 +599,22 @@ class _Spool:
 
     def _write(self) -> None:
         data = marshal.dumps(self.block)  # then read back whole: marshal.load(file) reads it piece by piece, slowly
-        self.handle.write(len(data).to_bytes(8, "little"))
-        self.handle.write(data)
         self.block = []
+        try:
+            self.handle.write(len(data).to_bytes(8, "little"))
+            self.handle.write(data)
+        except OSError:
+            self.failed = True
+            self.handle.close()
+
+    def ready(self) -> bool:
+        """Whether every record added is in the spool (the last block written)."""
+        if self.block and not self.failed:
+            self._write()
+        return not self.failed
 
     def records(self) -> Iterator[Record]:
-        """The records in the order added (each call reads them from the start)."""
-        if self.block:
-            self._write()
+        """The records in the order added (each call reads them from the start); only when ``ready()``."""
         self.handle.seek(0)
         while size := int.from_bytes(self.handle.read(8), "little"):
             block = marshal.loads(self.handle.read(size))
@@ -625,7 +638,8 @@ def _spool() -> _Spool | None:
 class LogScan:
     """What a first pass over the files saw, holding no record: enough to resolve the window (its first and last
     times), the logger's own interval (the gaps between a series' rate lines), the servers, and whether each file
-    is in time order. The second pass (``iter_records``) streams the records again, in time order."""
+    is in time order. The second pass (``iter_records``) streams the records again, in time order: from each file's
+    spool (the records the first pass read, on disk), or from the file when it has none."""
 
     files: list[Path]
     lines: int = 0
@@ -651,7 +665,7 @@ class LogScan:
     def records(self, index: int, reader: LineReader, max_bytes: int) -> Iterator[Record]:
         """One file's records again: from its spool, or read anew."""
         spool = self.spools[index] if index < len(self.spools) else None
-        if spool is not None:
+        if spool is not None and spool.ready():
             return spool.records()
         return _open_records(self.files[index], max_bytes, reader, {"lines": 0}, [])
 
