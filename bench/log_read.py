@@ -5,15 +5,15 @@ The log is generated in a temporary folder from real line shapes: vLLM 0.10+ V1 
 INFO MM-DD hh:mm:ss [loggers.py:N] Engine 000: …``, as in vllm-project/vllm#43295) every 10 s, with the uvicorn
 access lines a busy server prints between them (``(APIServer pid=N) INFO:     127.0.0.1:PORT - "POST
 /v1/chat/completions HTTP/1.1" 200 OK``, as in facebookresearch/meta-agents-research-environments#32), ACCESS lines
-per stat line (the default: 60, a server finishing 6 requests/s). ``--stat-share 1`` makes every line a stat line,
-the worst case for memory (one record per line).
+per stat line: 60 (a server finishing 6 requests/s), and 0: every line a stat line, the worst case for time and
+memory (one record per line). Both mixes are measured by default.
 
 Each size is read by ``llmdiag.collect.logs.collect_logs`` in a fresh child process, twice: once timed with nothing
 else running (wall seconds, and the child's peak RSS from getrusage), once under tracemalloc (the peak of Python's
 own allocations, which is what "flat" means: it must not grow with the bytes of the file, only with its records).
 
-    .venv/bin/python bench/log_read.py                  # 10 MB and 100 MB, 60 access lines per stat line
-    .venv/bin/python bench/log_read.py --sizes 100 --stat-share 1 --json out.json
+    .venv/bin/python bench/log_read.py                  # 10 MB and 100 MB, 60 and 0 access lines per stat line
+    .venv/bin/python bench/log_read.py --sizes 100 --stat-share 1 --json out.json   # stat lines only
 """
 
 from __future__ import annotations
@@ -96,8 +96,8 @@ def measure(path: Path, trace: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,100", help="log sizes in MB, comma-separated")
-    parser.add_argument("--access", type=int, default=60, help="access lines per stat line")
-    parser.add_argument("--stat-share", type=float, default=None, help="1: every line a stat line")
+    parser.add_argument("--access", default="60,0", help="access lines per stat line, comma-separated (0: none)")
+    parser.add_argument("--stat-share", type=float, default=None, help="1: every line a stat line (--access 0)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
@@ -105,20 +105,27 @@ def main() -> None:
     if args.child:
         child(args.child, args.trace)
         return
-    access = 0 if args.stat_share == 1 else args.access
+    mixes = [0] if args.stat_share == 1 else [int(a) for a in args.access.split(",")]
     rows = []
     with tempfile.TemporaryDirectory(prefix="llmdiag-log-bench-") as folder:
-        for size_mb in (float(s) for s in args.sizes.split(",")):
-            path = Path(folder) / f"vllm-{size_mb:g}mb.log"
-            made = write_log(path, int(size_mb * 1e6), access)
-            timed, traced = measure(path, trace=False), measure(path, trace=True)
-            rows.append({"size_mb": size_mb, **made, **timed, "tracemalloc_peak_mb": traced["tracemalloc_peak_mb"]})
-            path.unlink()
-    print(f"{'MB':>6} {'lines':>10} {'stat lines':>10} {'seconds':>8} {'peak RSS MB':>12} {'tracemalloc MB':>15}")
+        for access in mixes:
+            for size_mb in (float(s) for s in args.sizes.split(",")):
+                path = Path(folder) / f"vllm-{size_mb:g}mb-{access}.log"
+                made = write_log(path, int(size_mb * 1e6), access)
+                timed, traced = measure(path, trace=False), measure(path, trace=True)
+                rows.append(
+                    {"size_mb": size_mb, "access_per_stat": access, **made, **timed}
+                    | {"tracemalloc_peak_mb": traced["tracemalloc_peak_mb"]}
+                )
+                path.unlink()
+    print(
+        f"{'MB':>6} {'access/stat':>11} {'lines':>10} {'stat lines':>10} {'seconds':>8} {'peak RSS MB':>12} "
+        f"{'tracemalloc MB':>15}"
+    )
     for r in rows:
         print(
-            f"{r['bytes'] / 1e6:6.1f} {r['lines']:10d} {r['stat_lines']:10d} {r['seconds']:8.2f} "
-            f"{r['peak_rss_mb']:12.1f} {r['tracemalloc_peak_mb']:15.1f}"
+            f"{r['bytes'] / 1e6:6.1f} {r['access_per_stat']:11d} {r['lines']:10d} {r['stat_lines']:10d} "
+            f"{r['seconds']:8.2f} {r['peak_rss_mb']:12.1f} {r['tracemalloc_peak_mb']:15.1f}"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

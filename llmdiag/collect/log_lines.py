@@ -8,7 +8,9 @@ a line, the line is cut at each one, and each piece is matched on its own. A sta
 with ``at = None``: the caller orders such records as given and says so. TensorRT-LLM iteration records are JSON:
 one object a line (with or without a prefix), a JSON array, or pretty-printed over many lines.
 
-Files are streamed: a cheap keyword test (each [[line]]'s ``keyword``) skips every other line before any regex.
+Files are streamed: a cheap keyword test (each [[line]]'s ``keyword``) skips every other line before any regex, and
+a line format whose pattern's literal text is not in the line is not tried. The first pass spools its records to a
+temporary file, a block at a time, so the second pass reads them back instead of matching every line again.
 """
 
 from __future__ import annotations
@@ -16,13 +18,17 @@ from __future__ import annotations
 import calendar
 import heapq
 import json
+import marshal
 import math
 import re
+import re._constants as re_constants  # type: ignore[import-not-found]  # the regex parser: required_text
+import re._parser as re_parser  # type: ignore[import-not-found]
+import tempfile
 from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 
@@ -60,8 +66,28 @@ class Record:
     clock: bool = False  # its time had no date (old SGLang "[16:43:29 TP0]"): on the file's date
 
 
-@lru_cache(maxsize=8192)  # stat lines repeat their second many times; strptime is the slow part of a line
+# a time as most stamps print it, all ASCII digits in place: read without strptime (the slow part of a line)
+ISO_FORMAT = "%Y-%m-%d %H:%M:%S"
+ISO_DIGITS = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[T ]([0-9]{2}):([0-9]{2}):([0-9]{2})")
+EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+
+
 def utc(text: str, fmt: str) -> float:
+    if fmt == ISO_FORMAT and ISO_DIGITS.fullmatch(text) is not None:
+        hour, minute, second = int(text[11:13]), int(text[14:16]), int(text[17:19])
+        if hour < 24 and minute < 60 and second < 60:  # else strptime says what is wrong
+            return _day_seconds(text[:10]) + hour * 3600 + minute * 60 + second
+    return _utc_parsed(text, fmt)
+
+
+@lru_cache(maxsize=1024)
+def _day_seconds(day: str) -> int:
+    # date() refuses what strptime refuses (month 13, 30 February)
+    return (date(int(day[:4]), int(day[5:7]), int(day[8:10])).toordinal() - EPOCH_ORDINAL) * 86400
+
+
+@lru_cache(maxsize=8192)  # stat lines repeat their second many times
+def _utc_parsed(text: str, fmt: str) -> float:
     return calendar.timegm(datetime.strptime(text.replace("T", " "), fmt).timetuple())
 
 
@@ -94,9 +120,30 @@ class LineReader:
             )
             tag = re.compile(prefix.tag) if prefix.tag else None
             self.cut.append((name, re.compile(prefix.pattern), tag, prefix.keyword or "", owners))
+        # what _match tries, worked out once: the prefixes each line may follow, and the literal text its pattern
+        # needs (a line without it cannot match: its regex is not run)
+        self.tries = [
+            (
+                line.keyword,
+                frozenset((*line.prefixes, *self.generic)),
+                required_text(pattern)[::-1],  # the last first: a line's last numbers tell formats apart
+                pattern,
+                tuple((extra, required_text(extra)) for extra in optional),
+                line,
+            )
+            for line, pattern, optional in self.lines
+        ]
+        # per prefix: its time format, and whether that has a year and a day
+        self.time_kinds = {
+            name: (fmt, "%Y" in fmt, "%d" in fmt, f"%Y-{fmt}") for name, (_, fmt) in self.prefixes.items()
+        }
 
     def wanted(self, text: str) -> bool:
-        return any(k in text for k in self.keywords)
+        # a plain loop: cheaper than any() over a generator, and it runs on every line
+        for keyword in self.keywords:  # noqa: SIM110
+            if keyword in text:
+                return True
+        return False
 
     def continues(self, text: str) -> bool:
         """Whether a line may be the rest of a wrapped record: it starts with no time or prefix of its own and holds
@@ -108,17 +155,17 @@ class LineReader:
     # -- time ---------------------------------------------------------------------------------------------------
 
     def _time(self, prefix: str, raw: str, year: int, file_time: float, lead: float | None) -> float:
-        pattern_fmt = self.prefixes[prefix][1]
-        if "%Y" in pattern_fmt:
+        pattern_fmt, has_year, has_day, with_year = self.time_kinds[prefix]
+        if has_year:
             return utc(raw, pattern_fmt)
-        if "%d" not in pattern_fmt:  # a time of day alone: on the file's date (midnight is crossed in iter_file)
+        if not has_day:  # a time of day alone: on the file's date (midnight is crossed in iter_file)
             day = datetime.fromtimestamp(lead if lead is not None else file_time, tz=timezone.utc)
             return utc(f"{day:%Y-%m-%d} {raw}", f"%Y-%m-%d {pattern_fmt}")
         if lead is not None:  # docker/kubectl --timestamps: the lead stamp has the year
             year = datetime.fromtimestamp(lead, tz=timezone.utc).year
-        at = utc(f"{year}-{raw}", f"%Y-{pattern_fmt}")
+        at = utc(f"{year}-{raw}", with_year)
         if lead is None and at > file_time + 86400:  # a December line in a January file
-            at = utc(f"{year - 1}-{raw}", f"%Y-{pattern_fmt}")
+            at = utc(f"{year - 1}-{raw}", with_year)
         return at
 
     # -- one line -----------------------------------------------------------------------------------------------
@@ -148,15 +195,29 @@ class LineReader:
         """The line cut at every server prefix in it: (prefix, the text up to the next one)."""
         heads: list[tuple[int, str, re.Match[str], re.Match[str] | None]] = []
         for name, pattern, tag, needs, owners in self.cut:
-            if needs not in body or (owners and not any(k in body for k in owners)):
+            if needs not in body:
                 continue
+            for keyword in owners:  # loops, not any(): this runs for every prefix of every line
+                if keyword in body:
+                    break
+            else:
+                if owners:
+                    continue
             for m in pattern.finditer(body):
-                before = tag.search(body, max(0, m.start() - 120), m.start()) if tag else None
+                start = m.start()
+                before = tag.search(body, start - 120 if start > 120 else 0, start) if tag else None
                 heads.append((before.start() if before else m.start(), name, m, before))
         if not heads:
             return [(None, body)]
-        heads.sort(key=lambda h: h[0])
         pieces: list[tuple[tuple[str, dict[str, str | None]] | None, str]] = []
+        if len(heads) == 1:  # the common case, in short: one prefix, the record after it
+            start, name, m, before = heads[0]
+            if start > 0:
+                pieces.append((None, body[:start]))
+            tags = m.groupdict() | before.groupdict() if before else m.groupdict()
+            pieces.append(((name, tags), body[m.end() :]))
+            return pieces
+        heads.sort(key=lambda h: h[0])
         if heads[0][0] > 0:  # a tqdm bar or other text before the first prefix
             pieces.append((None, body[: heads[0][0]]))
         for i, (_, name, m, before) in enumerate(heads):
@@ -175,36 +236,74 @@ class LineReader:
     ) -> Record | None:
         if not self.wanted(segment):
             return None
-        for line, pattern, optional in self.lines:
-            if line.keyword not in segment or (head is not None and head[0] not in (*line.prefixes, *self.generic)):
+        for keyword, after, required, pattern, optional, line in self.tries:
+            hit = None
+            if keyword not in segment or (head is not None and head[0] not in after):
                 continue
-            hit = pattern.search(segment)
+            for text in required:
+                if text not in segment:
+                    break
+            else:
+                hit = pattern.search(segment)
             if hit is None:
                 continue
             at = self._time(head[0], head[1]["time"] or "", year, file_time, lead) if head else lead
             groups = {k: v for k, v in hit.groupdict().items() if v is not None}
-            for extra in optional:  # anywhere in the record: SGLang prints token usage before its core numbers
-                more = extra.search(segment)
-                if more:
-                    groups.update({k: v for k, v in more.groupdict().items() if v is not None})
-            values = {k: number(v) for k, v in groups.items() if k not in ("engine", "mode", "unix_time")}
+            for extra, needs in optional:  # anywhere in the record: SGLang prints token usage before its core numbers
+                for text in needs:
+                    if text not in segment:
+                        break
+                else:
+                    more = extra.search(segment)
+                    if more:
+                        groups.update({k: v for k, v in more.groupdict().items() if v is not None})
+            try:  # plain numbers, the common case; number() reads the others
+                values = {k: float(v) for k, v in groups.items() if k not in NOT_VALUES}
+            except ValueError:
+                values = {k: number(v) for k, v in groups.items() if k not in NOT_VALUES}
             if "unix_time" in groups:  # the record's own time (llama.cpp's "timestamp=")
                 at = float(groups["unix_time"])
-            tags = head[1] if head is not None else {}
-            fmt = self.prefixes[head[0]][1] if head is not None else "%Y"
-            yearless = head is not None and lead is None and "%Y" not in fmt and "%d" in fmt
+            if head is not None:
+                _, has_year, has_day, _ = self.time_kinds[head[0]]
+                tags = head[1]
+            else:
+                has_year, has_day, tags = True, True, {}
             return Record(
-                at=at,
-                series=series_of(groups.get("engine"), tags),
-                server=line.server,
-                fmt=line.name,
-                values=values,
-                known_zero=tuple(f for f in line.absent_zero if f not in values),
-                itl_estimate=line.itl_estimate,
-                yearless=yearless,
-                clock=head is not None and "%d" not in fmt and "unix_time" not in groups,
+                at,
+                series_of(groups.get("engine"), tags),
+                line.server,
+                line.name,
+                values,
+                tuple([f for f in line.absent_zero if f not in values]) if line.absent_zero else (),
+                line.itl_estimate,
+                yearless=head is not None and lead is None and not has_year and has_day,
+                clock=head is not None and not has_day and "unix_time" not in groups,
             )
         return None
+
+
+# named groups that are no field's value: the engine (a series), a mode word, the record's own time
+NOT_VALUES = frozenset(("engine", "mode", "unix_time"))
+RANK_TAG = re.compile(r"([A-Z_]*[A-Z])(\d+)")
+
+
+def required_text(pattern: re.Pattern[str]) -> tuple[str, ...]:
+    """The runs of literal text at a pattern's top level (outside any group, branch or repeat): every match holds
+    each of them, so a text without one cannot match. Empty for a case-insensitive pattern."""
+    if pattern.flags & re.IGNORECASE:
+        return ()
+    runs: list[str] = []
+    run: list[str] = []
+    for op, value in re_parser.parse(pattern.pattern, pattern.flags):
+        if op is re_constants.LITERAL:
+            run.append(chr(value))
+            continue
+        if len(run) > 2:
+            runs.append("".join(run))
+        run = []
+    if len(run) > 2:
+        runs.append("".join(run))
+    return tuple(runs)
 
 
 DURATION = re.compile(r"^([\d.]+)(ns|µs|us|ms|s)$")
@@ -214,6 +313,10 @@ DURATION_SECONDS = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 def number(text: str) -> float:
     """A printed value: a number, True/False (SGLang's "cuda graph: True"), a Duration as Rust's Debug prints it
     ("161.454300714s", "681.374µs": TGI's span fields) in seconds, or empty text: an event marker, 1."""
+    try:  # the common case first: no Duration, boolean or empty text is a float
+        return float(text)
+    except ValueError:
+        pass
     if text in BOOLEAN:
         return BOOLEAN[text]
     if not text:
@@ -226,12 +329,17 @@ def number(text: str) -> float:
 
 def series_of(engine: str | None, tags: dict[str, str | None]) -> str:
     """The series a line belongs to: a DP engine of one process."""
+    return _series(engine, tags.get("tid"), tags.get("pid"), tags.get("tags"))
+
+
+@lru_cache(maxsize=4096)  # a log has few series, each on many lines
+def _series(engine: str | None, tid: str | None, pid: str | None, rank: str | None) -> str:
     parts: list[str] = []
-    if tags.get("tid"):  # glog: one series per thread (a Mooncake engine per rank)
-        return f"thread {tags['tid']}"
-    if tags.get("pid"):
-        parts.append(f"pid {tags['pid']}")
-    rank_tags = dict(re.findall(r"([A-Z_]*[A-Z])(\d+)", tags.get("tags") or ""))
+    if tid:  # glog: one series per thread (a Mooncake engine per rank)
+        return f"thread {tid}"
+    if pid:
+        parts.append(f"pid {pid}")
+    rank_tags = dict(RANK_TAG.findall(rank or ""))
     dp = engine if engine is not None else rank_tags.get("DP")
     parts.append(str(int(dp)) if dp is not None else "0")
     return "/".join(parts)
@@ -405,8 +513,9 @@ def _file_records(
         if len(first) < 3:
             first.append(unquote_line(raw)[:80])
         if reader.wanted(raw):
-            found = reader.read_line(unquote_line(raw), year, file_time)
-            if not found or all(r.fmt in reader.cut_short for r in found):
+            found = reader.read_line(_unquoted(raw), year, file_time)
+            # (the first record first: nearly always a whole one, and then no generator is built)
+            if not found or (found[0].fmt in reader.cut_short and all(r.fmt in reader.cut_short for r in found)):
                 found = _unwrap(raw, found, reader, (lines, ahead), when)
             yield from found
         elif reader.json and ("{" in raw or "[" in raw):
@@ -417,6 +526,15 @@ def _file_records(
                 block = _JsonBlock(*start)
     if block is not None:
         yield from block.records()
+
+
+def _unquoted(raw: str) -> str:
+    """``unquote_line``, in short for a line that starts with no quote marker or fence (nearly every line of a log):
+    then the regexes would take nothing and only the stripping is left."""
+    text = raw.strip()
+    if text and text[0] not in ">`~":
+        return text
+    return unquote_line(raw)
 
 
 def _values(records: list[Record]) -> int:
@@ -456,11 +574,72 @@ def _take(best: list[Record], used: int, ahead: deque[str]) -> list[Record]:
     return best
 
 
+# records a spool writes at a time: the memory a spool holds, whatever the log's length
+SPOOL_BLOCK = 4096
+
+
+class _Spool:
+    """One file's records as the first pass read them, written to a temporary file in blocks, so that the second
+    pass reads them back instead of matching every line again (memory stays flat: one block at a time). marshal keeps
+    every value exactly (floats, and the ints a time may be)."""
+
+    def __init__(self) -> None:
+        self.handle = tempfile.TemporaryFile()  # noqa: SIM115 (open until close(): deleted then)
+        self.block: list[tuple] = []
+        self.failed = False  # a write failed (a full disk): the second pass reads the file again
+
+    def add(self, r: Record) -> None:
+        if self.failed:
+            return
+        self.block.append(
+            (r.at, r.series, r.server, r.fmt, r.values, r.known_zero, r.itl_estimate, r.iterations, r.yearless, r.clock)
+        )
+        if len(self.block) >= SPOOL_BLOCK:
+            self._write()
+
+    def _write(self) -> None:
+        data = marshal.dumps(self.block)  # then read back whole: marshal.load(file) reads it piece by piece, slowly
+        self.block = []
+        try:
+            self.handle.write(len(data).to_bytes(8, "little"))
+            self.handle.write(data)
+        except OSError:
+            self.failed = True
+            self.handle.close()
+
+    def ready(self) -> bool:
+        """Whether every record added is in the spool (the last block written)."""
+        if self.block and not self.failed:
+            self._write()
+        return not self.failed
+
+    def records(self) -> Iterator[Record]:
+        """The records in the order added (each call reads them from the start); only when ``ready()``."""
+        self.handle.seek(0)
+        while size := int.from_bytes(self.handle.read(8), "little"):
+            block = marshal.loads(self.handle.read(size))
+            for at, series, server, fmt, values, known_zero, itl, iterations, yearless, clock in block:
+                yield Record(
+                    at, series, server, fmt, values, known_zero, itl, iterations, yearless=yearless, clock=clock
+                )
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def _spool() -> _Spool | None:
+    try:
+        return _Spool()
+    except OSError:  # no writable temporary folder: the second pass reads the file again
+        return None
+
+
 @dataclass
 class LogScan:
     """What a first pass over the files saw, holding no record: enough to resolve the window (its first and last
     times), the logger's own interval (the gaps between a series' rate lines), the servers, and whether each file
-    is in time order. The second pass (``iter_records``) streams the records again, in time order."""
+    is in time order. The second pass (``iter_records``) streams the records again, in time order: from each file's
+    spool (the records the first pass read, on disk), or from the file when it has none."""
 
     files: list[Path]
     lines: int = 0
@@ -473,6 +652,22 @@ class LogScan:
     reference: float | None = None  # the latest dated time (not yearless): the year of the yearless ones
     _dated: list[float] = field(default_factory=lambda: [math.inf, -math.inf])
     _yearless: list[float] = field(default_factory=lambda: [math.inf, -math.inf])
+    # each file's records as read (None: read the file again): the second pass reads these
+    spools: list[_Spool | None] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Delete the spools (the second pass is over)."""
+        for spool in self.spools:
+            if spool is not None:
+                spool.close()
+        self.spools = []
+
+    def records(self, index: int, reader: LineReader, max_bytes: int) -> Iterator[Record]:
+        """One file's records again: from its spool, or read anew."""
+        spool = self.spools[index] if index < len(self.spools) else None
+        if spool is not None and spool.ready():
+            return spool.records()
+        return _open_records(self.files[index], max_bytes, reader, {"lines": 0}, [])
 
     def rebase(self, at: float) -> float:
         """A yearless time in the year of the log's dated lines (when it has any)."""
@@ -503,14 +698,28 @@ def _open_records(path: Path, max_bytes: int, reader: LineReader, counts: dict[s
 
 
 def scan_logs(paths: list[Path], max_bytes: int, reader: LineReader, rate_fields: set[str]) -> LogScan:
-    """The first pass: counts, servers, time bounds, file order, the gaps between each series' rate lines."""
+    """The first pass: counts, servers, time bounds, file order, the gaps between each series' rate lines; each file's
+    records spooled for the second pass (``LogScan.close`` deletes them)."""
     scan = LogScan(files=list(paths))
+    try:
+        _scan_files(scan, max_bytes, reader, rate_fields)
+    except BaseException:
+        scan.close()
+        raise
+    return scan
+
+
+def _scan_files(scan: LogScan, max_bytes: int, reader: LineReader, rate_fields: set[str]) -> None:
     counts = {"lines": 0}
     untimed_servers: set[str] = set()
-    for index, path in enumerate(paths):
+    for index, path in enumerate(scan.files):
         last_at = -math.inf
         last_rate: dict[tuple[str, str], float] = {}
+        spool = _spool()
+        scan.spools.append(spool)
         for record in _open_records(path, max_bytes, reader, counts, scan.first_lines):
+            if spool is not None:
+                spool.add(record)
             if record.at is None:
                 scan.untimed += 1
                 untimed_servers.add(record.server)
@@ -518,7 +727,10 @@ def scan_logs(paths: list[Path], max_bytes: int, reader: LineReader, rate_fields
             scan.timed += 1
             scan.servers.add(record.server)
             span = scan._yearless if record.yearless else scan._dated
-            span[0], span[1] = min(span[0], record.at), max(span[1], record.at)
+            if record.at < span[0]:
+                span[0] = record.at
+            if record.at > span[1]:
+                span[1] = record.at
             if record.at < last_at:
                 scan.unsorted.add(index)
             last_at = max(last_at, record.at)
@@ -533,7 +745,6 @@ def scan_logs(paths: list[Path], max_bytes: int, reader: LineReader, rate_fields
         scan.servers = untimed_servers
     else:
         scan.reference = scan._dated[1] if scan._dated[0] <= scan._dated[1] else None
-    return scan
 
 
 def iter_records(scan: LogScan, reader: LineReader, max_bytes: int) -> Iterator[Record]:
@@ -542,13 +753,13 @@ def iter_records(scan: LogScan, reader: LineReader, max_bytes: int) -> Iterator[
     record has a time (when some have, the untimed ones cannot be placed and are left out)."""
     if not scan.timed:
         order = 0
-        for path in scan.files:
-            for record in _open_records(path, max_bytes, reader, {"lines": 0}, []):
+        for index in range(len(scan.files)):
+            for record in scan.records(index, reader, max_bytes):
                 record.order = order
                 order += 1
                 yield record
         return
-    streams = [_timed(scan, index, path, reader, max_bytes) for index, path in enumerate(scan.files)]
+    streams = [_timed(scan, index, reader, max_bytes) for index in range(len(scan.files))]
     # SGLang prints a retraction on every TP rank of the scheduler: one event, many identical lines
     moment: float | None = None
     marks: set[tuple] = set()
@@ -563,9 +774,9 @@ def iter_records(scan: LogScan, reader: LineReader, max_bytes: int) -> Iterator[
         yield record
 
 
-def _timed(scan: LogScan, index: int, path: Path, reader: LineReader, max_bytes: int) -> Iterator[Record]:
+def _timed(scan: LogScan, index: int, reader: LineReader, max_bytes: int) -> Iterator[Record]:
     def records() -> Iterator[Record]:
-        for seq, record in enumerate(_open_records(path, max_bytes, reader, {"lines": 0}, [])):
+        for seq, record in enumerate(scan.records(index, reader, max_bytes)):
             if record.at is None:
                 continue
             if record.yearless:

@@ -29,6 +29,7 @@ would lie in the future of the file. All naive times, and --since/--until, are r
 
 from __future__ import annotations
 
+import gc
 import math
 import re
 import statistics
@@ -145,6 +146,10 @@ MAX_MOMENTS = 4000
 class _Catalogue:
     fields: dict[str, LogField]
     interval_counts: set[str]  # formats whose counts cover the interval since the series' previous line
+    levels: frozenset[str] = frozenset()  # the fields that hold a level or a per-second average
+
+    def __post_init__(self) -> None:
+        self.levels = frozenset(n for n, f in self.fields.items() if f.kind in ("gauge", "rate"))
 
     @classmethod
     def of(cls, spec: LogSpec) -> _Catalogue:
@@ -160,7 +165,7 @@ class _Catalogue:
 
     def level(self, record: Record) -> bool:
         """Whether a record holds a level or a per-second average (a stat line), not only events."""
-        return any((f := self.fields.get(n)) is not None and f.kind in ("gauge", "rate") for n in record.values)
+        return not self.levels.isdisjoint(record.values)
 
 
 @dataclass
@@ -213,32 +218,38 @@ def _accumulate(record: Record, state: _SeriesState, counters: dict, built: _Bui
     have whole seconds: lines of one series and format in the same second (SGLang logs a decode line every 40
     steps) cover that second's interval together, so the interval is counted once at their mean rate."""
     catalogue, covered, first_of_series, same_second = ctx
+    series, seen = record.series, built.seen
     for name, value in record.values.items():
         spec = catalogue.fields.get(name)
         if spec is None:
             continue
-        built.seen.setdefault(spec.signal, spec)
-        if spec.kind == "gauge":
-            state.gauges[spec.signal] = value * spec.scale
+        signal, kind = spec.signal, spec.kind  # (read once: this runs for every number of every line)
+        if signal not in seen:
+            seen[signal] = spec
+        if kind == "gauge":
+            state.gauges[signal] = value * spec.scale
             if spec.per_request:
-                state.fleeting.add(spec.signal)
+                state.fleeting.add(signal)
             continue
-        totals = counters.setdefault(spec.signal, {})
-        totals.setdefault(record.series, 0.0)
-        if spec.kind == "rate":
+        totals = counters.get(signal)
+        if totals is None:
+            totals = counters[signal] = {}
+        if series not in totals:
+            totals[series] = 0.0
+        if kind == "rate":
             rate = value * spec.scale
-            state.printed[spec.signal] = rate
-            group = state.same_second.get(spec.signal) if same_second else None
+            state.printed[signal] = rate
+            group = state.same_second.get(signal) if same_second else None
             if group is not None:
                 before = group[0] / group[1]
                 group = (group[0] + rate, group[1] + 1)
                 rate = group[0] / group[1] - before  # the change of the second's mean rate
             else:
                 group = (rate, 1)
-            state.same_second[spec.signal] = group
+            state.same_second[signal] = group
             if covered:
-                totals[record.series] += rate * covered
-        elif spec.kind == "count":
+                totals[series] += rate * covered
+        elif kind == "count":
             steps = 1.0
             times: float = 1.0
             if record.iterations is not None and state.last_iter is not None:
@@ -257,8 +268,11 @@ def _accumulate(record: Record, state: _SeriesState, counters: dict, built: _Bui
     for name in record.known_zero:
         spec = catalogue.fields.get(name)
         if spec is not None:
-            built.seen.setdefault(spec.signal, spec)
-            counters.setdefault(spec.signal, {}).setdefault(record.series, 0.0)
+            seen.setdefault(spec.signal, spec)
+            totals = counters.get(spec.signal)
+            if totals is None:
+                totals = counters[spec.signal] = {}
+            totals.setdefault(series, 0.0)
 
 
 def _estimate_itl(record: Record, state: _SeriesState, covered: float | None, tally: ItlTally) -> None:
@@ -349,7 +363,9 @@ def _scrapes(records: Iterable[Record], interval: float | None, catalogue: _Cata
             has_level = events_after_flush = False
         _tally(built, record)
         pending = record.at
-        state = states.setdefault(record.series, _SeriesState())
+        state = states.get(record.series)
+        if state is None:  # (not setdefault: a new state's dicts are built only when needed)
+            state = states[record.series] = _SeriesState()
         previous = state.last_by_format.get(record.fmt)
         same_second = previous is not None and record.at == previous
         if same_second:
@@ -517,7 +533,30 @@ def collect_logs(
     spec = load_log_spec()
     catalogue = _Catalogue.of(spec)
     reader = LineReader(spec, _servers(server))
-    scan = scan_logs(paths, max_bytes, reader, catalogue.rate_names)
+    # a log is millions of short-lived objects and no reference cycle: the cyclic collector would only walk them
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        scan = scan_logs(paths, max_bytes, reader, catalogue.rate_names)
+        try:
+            return _collect(paths, (since, until), server, scan, (reader, catalogue, max_bytes))
+        finally:
+            scan.close()  # the spooled records
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _collect(
+    paths: list[Path],
+    when: tuple[str | None, str | None],
+    server: str | None,
+    scan: LogScan,
+    reading: tuple[LineReader, _Catalogue, int],
+) -> SignalSet:
+    """The second pass, over the first pass's scan: the records into scrapes, the scrapes into signals."""
+    since, until = when
+    reader, catalogue, max_bytes = reading
     where = ", ".join(str(p) for p in paths)
     name = _one_server(scan, where, server)
     timed = scan.timed > 0
