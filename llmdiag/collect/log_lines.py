@@ -21,8 +21,6 @@ import json
 import marshal
 import math
 import re
-import re._constants as re_constants  # type: ignore[import-not-found]  # the regex parser: required_text
-import re._parser as re_parser  # type: ignore[import-not-found]
 import tempfile
 from array import array
 from collections import deque
@@ -292,6 +290,12 @@ def required_text(pattern: re.Pattern[str]) -> tuple[str, ...]:
     each of them, so a text without one cannot match. Empty for a case-insensitive pattern."""
     if pattern.flags & re.IGNORECASE:
         return ()
+    try:  # the standard library's own regex parser: re._parser since 3.11, sre_parse before
+        import re._constants as re_constants  # type: ignore[import-not-found]
+        import re._parser as re_parser  # type: ignore[import-not-found]
+    except ImportError:  # pragma: no cover - Python 3.10
+        import sre_constants as re_constants
+        import sre_parse as re_parser
     runs: list[str] = []
     run: list[str] = []
     for op, value in re_parser.parse(pattern.pattern, pattern.flags):
