@@ -110,10 +110,11 @@ def _holds_log_record(head: Head) -> bool:
 
 
 def _is_log(head: Head) -> bool:
-    """Anything else that is not a page: read as a log, whose reader then says which stat lines it lacks."""
-    from llmdiag.collect.logs import looks_like_log
+    """Anything else that does not start like a page: read as a log, whose reader then says which stat lines it
+    lacks (a stat record was looked for already, by the strict log row)."""
+    from llmdiag.collect.logs import starts_like_a_dump
 
-    return looks_like_log(head.path)
+    return not starts_like_a_dump(head.text)
 
 
 def _is_any_page(head: Head) -> bool:

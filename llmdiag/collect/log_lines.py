@@ -34,6 +34,13 @@ from llmdiag.collect.paste import QUOTE_RE, unquote_line
 from llmdiag.errors import InputFileError, option
 from llmdiag.schema.logs import LogLine, LogSpec
 
+try:  # the standard library's own regex parser (required_text): re._parser since 3.11, sre_parse before
+    import re._constants as re_constants  # type: ignore[import-not-found]
+    import re._parser as re_parser  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as re_constants
+    import sre_parse as re_parser
+
 ISO_LEAD = re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TRT_TIME = "%m-%d-%Y %H:%M:%S"
@@ -290,12 +297,6 @@ def required_text(pattern: re.Pattern[str]) -> tuple[str, ...]:
     each of them, so a text without one cannot match. Empty for a case-insensitive pattern."""
     if pattern.flags & re.IGNORECASE:
         return ()
-    try:  # the standard library's own regex parser: re._parser since 3.11, sre_parse before
-        import re._constants as re_constants  # type: ignore[import-not-found]
-        import re._parser as re_parser  # type: ignore[import-not-found]
-    except ImportError:  # pragma: no cover - Python 3.10
-        import sre_constants as re_constants
-        import sre_parse as re_parser
     runs: list[str] = []
     run: list[str] = []
     for op, value in re_parser.parse(pattern.pattern, pattern.flags):

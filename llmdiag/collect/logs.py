@@ -56,7 +56,7 @@ from llmdiag.schema.loader import load_probe
 from llmdiag.schema.logs import LogField, LogSpec, load_log_spec
 from llmdiag.schema.probes import ProbeSpec, SignalSpec
 
-__all__ = ["collect_logs", "looks_like_log", "parse_when", "trtllm_record", "window_bounds"]
+__all__ = ["collect_logs", "looks_like_log", "parse_when", "starts_like_a_dump", "trtllm_record", "window_bounds"]
 
 LOG_HINT = (
     "give the server's own log: vLLM stat-logger lines ('Avg prompt throughput: …'), SGLang 'Decode batch' / "
@@ -750,13 +750,17 @@ def looks_like_log(path: Path) -> bool:
             head = handle.read(HEAD_BYTES)
     except OSError:
         return False  # let the dump reader name the problem
-    if holds_record(head, load_log_spec(), json=False):
-        return True
+    return holds_record(head, load_log_spec(), json=False) or not starts_like_a_dump(head)
+
+
+def starts_like_a_dump(head: str) -> bool:
+    """Whether a text's first line is a /metrics dump's (Prometheus text, or TensorRT-LLM's JSON array); an empty
+    text counts as one, so that no reader takes it for a log."""
     for line in head.splitlines():
         text = line.strip()
         if not text:
             continue
         if text.startswith("#"):
-            return not re.match(r"#\s*(HELP|TYPE|EOF|llmdiag-scraped-at)\b", text)
-        return not (text.startswith("[{") or text == "[" or EXPOSITION_LINE.match(text))
-    return False
+            return bool(re.match(r"#\s*(HELP|TYPE|EOF|llmdiag-scraped-at)\b", text))
+        return bool(text.startswith("[{") or text == "[" or EXPOSITION_LINE.match(text))
+    return True
