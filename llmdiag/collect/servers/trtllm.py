@@ -624,6 +624,17 @@ def _kv_block_infos(signal_set: SignalSet) -> None:
             )
 
 
+def _steps_between_readings(readings: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Steps per second over each interval between two readings of the iteration counter, stamped at its end, as a
+    counter's rates are: Triton counts tokens and requests only when a request ends, so the step counter is what shows,
+    reading by reading, that a long request is still moving."""
+    return [
+        (after, max(value_after - value_before, 0.0) / (after - before))
+        for (before, value_before), (after, value_after) in zip(readings, readings[1:])
+        if after > before
+    ]
+
+
 def _iteration_rate(signal_set: SignalSet, window: float | None) -> tuple[float | None, str]:
     """Iterations per second and how they were found: Triton's iteration counter (which also gives
     ``engine_steps_per_second`` and, lacking a latency histogram, a mean ``itl_seconds``), else trtllm's mean
@@ -639,6 +650,7 @@ def _iteration_rate(signal_set: SignalSet, window: float | None) -> tuple[float 
                     kind="counter",
                     unit="steps/s",
                     stats={"rate": max(steps, 0.0) / window, "increase": max(steps, 0.0)},
+                    samples=_steps_between_readings(counter.samples),
                     source="derived: the increase of nv_trt_llm_general_metrics iteration_counter / window",
                     window_seconds=window,
                 )

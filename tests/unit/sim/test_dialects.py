@@ -18,9 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from llmdiag.collect.exposition import Scrape, parse_exposition
+from llmdiag.collect.servers.trtllm import build_server_signals
 from llmdiag.collect.signals import build_signal_set
+from llmdiag.engine.evaluate import build_verdict
 from llmdiag.errors import UsageError
-from llmdiag.model import SignalSet
+from llmdiag.model import Bottleneck, SignalSet
 from llmdiag.schema.loader import load_probe
 from llmdiag.sim.dialect_llamacpp import BUILD
 from llmdiag.sim.dialect_sglang import DECODE_LOG_INTERVAL
@@ -239,6 +241,47 @@ def test_trtllm_idle_engine_uses_no_kv_blocks():
     scenario.first()  # a has finished: nothing holds KV
     (record, *_) = reversed(json.loads(scenario.page("/metrics")[0]))
     assert record["kvCacheStats"]["usedNumBlocks"] == 0
+
+
+def _triton_scrapes_of_one_long_request(steps_between: list[int]) -> tuple[list[Scrape], Engine]:
+    """Triton's page read every 5 s while one request (6 prompt, 24 output tokens) decodes, with the given number of
+    engine steps between consecutive reads after its prefill: it never finishes in the window."""
+    scenario = Scenario("triton")
+    scenario.engine.add_request(request("long", 6, 24))
+    step, _ = run_step(scenario.engine, 0.0)  # the prefill: the page has an iteration to show from the first read
+    now = step.end
+    scrapes = [scenario.scrape("/metrics", T0)]
+    for index, steps in enumerate(steps_between, start=1):
+        for _ in range(steps):
+            step, _ = run_step(scenario.engine, now)
+            now = step.end
+        scrapes.append(scenario.scrape("/metrics", T0 + 5 * index))
+    assert scenario.engine.has_work()  # the request is still running at the last read
+    return scrapes, scenario.engine
+
+
+def test_triton_long_request_that_steps_is_progress_though_no_token_is_counted_yet():
+    """Triton counts tokens and requests only when a request ends: its iteration counter, read by read, is what shows
+    that a long request still moves (CI saw a loaded network preset called stalled for want of it)."""
+    scrapes, _ = _triton_scrapes_of_one_long_request([2, 3, 2, 3])
+    signals = build_server_signals(load_probe("triton"), scrapes, "sim /metrics")
+    assert rate(signals, "generation_tokens_per_second") == 0.0  # nothing has finished
+    steps = signals.signals["engine_steps_per_second"]
+    assert [value for _, value in steps.samples] == pytest.approx([2 / 5, 3 / 5, 2 / 5, 3 / 5])
+    verdict = build_verdict(signals)
+    assert verdict.bottleneck is not Bottleneck.stalled, verdict.summary
+    assert all(not f.stall for f in verdict.findings)
+
+
+def test_triton_request_whose_steps_stop_is_stalled():
+    scrapes, _ = _triton_scrapes_of_one_long_request([3, 0, 0, 0])
+    signals = build_server_signals(load_probe("triton"), scrapes, "sim /metrics")
+    assert [value for _, value in signals.signals["engine_steps_per_second"].samples] == [3 / 5, 0.0, 0.0, 0.0]
+    verdict = build_verdict(signals)
+    assert verdict.bottleneck is Bottleneck.stalled, verdict.summary
+    stall = verdict.findings[0]
+    assert stall.code == "SCH003"
+    assert {f"{e.signal}.{e.stat}": e.value for e in stall.evidence}["no_progress_seconds.value"] == 15.0
 
 
 def test_triton_shows_the_last_iteration_under_its_own_names():
