@@ -51,6 +51,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
 from llmdiag.client.endpoint import Connection
@@ -630,7 +631,7 @@ def _steps_between_readings(readings: list[tuple[float, float]]) -> list[tuple[f
     reading by reading, that a long request is still moving."""
     return [
         (after, max(value_after - value_before, 0.0) / (after - before))
-        for (before, value_before), (after, value_after) in zip(readings, readings[1:])
+        for (before, value_before), (after, value_after) in pairwise(readings)
         if after > before
     ]
 
