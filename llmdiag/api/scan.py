@@ -18,6 +18,7 @@ from llmdiag.engine.baseline import Baseline, add_baseline_signals
 from llmdiag.engine.capacity import roofline_for_window, roofline_signal
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.evaluate import build_verdict
+from llmdiag.engine.settle import VerdictSettler
 from llmdiag.errors import UsageError, option
 from llmdiag.model import TraceReport, Verdict
 from llmdiag.physics.step import Deployment
@@ -35,6 +36,7 @@ def diagnose(
     baseline: Baseline | None = None,
     trace: TraceReport | None = None,
     server: str | None = None,
+    auto_duration: bool = False,
 ) -> Verdict:
     """Scan a live server and its telemetry (NVML, a DCGM exporter page, the host) over a window and judge it.
 
@@ -44,12 +46,24 @@ def diagnose(
     With the ``deployment`` (GPU, model, TP) known, the verdict also places the measured decode rate under the
     physics ceiling, which tells a compute verdict whether math or HBM bandwidth is the wall. With a ``baseline``
     (medians of the target's past checks, from `llmdiag check`'s history), the regression rules compare against it.
+
+    With ``auto_duration``, ``duration_seconds`` is the longest window: it ends as soon as the verdict holds still
+    (``llmdiag.engine.settle``), and the notes say when and why.
     """
     from llmdiag.collect.detect import check_server_name, note_server_choice
 
     probe = check_server_name(server) if server is not None else None  # None: detected by collect_live
+    settler = VerdictSettler() if auto_duration else None
     signals = collect_live(
-        connection, duration_seconds, probe=probe, on_progress=on_progress, telemetry=telemetry, canary=canary
+        connection,
+        duration_seconds,
+        probe=probe,
+        on_progress=on_progress,
+        telemetry=telemetry,
+        canary=canary,
+        settled=(lambda so_far, elapsed: settler.observe(build_verdict(so_far, settings), elapsed))
+        if settler
+        else None,
     )
     if probe is not None:
         note_server_choice(signals, probe, f"{option('server')} {probe} given")
@@ -68,6 +82,8 @@ def diagnose(
             signals.add(roofline_signal(roofline))
     verdict = build_verdict(signals, settings, target=redact_url(connection.base_url))
     verdict.roofline = roofline
+    if settler is not None:
+        verdict.notes.append(settler.describe(duration_seconds))
     return verdict
 
 
@@ -80,6 +96,7 @@ def run_demo(
     settings: Settings | None = None,
     on_progress: ProgressCallback | None = None,
     on_phase: Callable[[str], None] | None = None,
+    auto_duration: bool = False,
 ) -> Verdict:
     """Start the simulator in a preset state, drive its bounded load, and scan it like any server.
 
@@ -107,6 +124,7 @@ def run_demo(
                 telemetry=TelemetryOptions(dcgm_url=server.dcgm_url, nvml="off", host=False),
                 canary=True,
                 deployment=preset.deployment,
+                auto_duration=auto_duration,
             )
     verdict.target = f"llmdiag demo --preset {preset.name} ({verdict.target})"
     return verdict

@@ -36,13 +36,23 @@ def demo(
     show_demo(preset, duration, output_path, output)
 
 
-def show_demo(preset: str, duration: float, output_path: Path | None, output: OutputFlags) -> NoReturn:
-    """Run the demo and show its verdict; exit by its worst finding against --fail-on."""
+def show_demo(
+    preset: str, duration: float, output_path: Path | None, output: OutputFlags, auto_duration: bool = False
+) -> NoReturn:
+    """Run the demo and show its verdict; exit by its worst finding against --fail-on. With ``auto_duration``
+    (scan --duration auto), ``duration`` is the longest window."""
     try:
         output.check()
         settings = output.settings()
         with scan_progress(f"the simulated server ({preset})", quiet=output.as_json) as tick:
-            verdict = run_demo(preset, duration, settings, on_progress=tick, on_phase=None if output.as_json else note)
+            verdict = run_demo(
+                preset,
+                duration,
+                settings,
+                on_progress=tick,
+                on_phase=None if output.as_json else note,
+                auto_duration=auto_duration,
+            )
         if output_path is not None:
             write_output(output_path, render_json(verdict))
         if output.html is not None:

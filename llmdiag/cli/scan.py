@@ -8,6 +8,7 @@ that belong to another.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from llmdiag.collect.prometheus.api import PrometheusSource
 from llmdiag.collect.prometheus.plan import parse_duration, parse_time
 from llmdiag.collect.trace.analysis import analyze as analyze_trace_files
 from llmdiag.config import Settings
+from llmdiag.engine.settle import AUTO_MIN_SECONDS
 from llmdiag.errors import LlmdiagError, UsageError
 from llmdiag.model import FleetReport, TraceReport
 from llmdiag.physics.hardware import find_gpu, find_model
@@ -93,8 +95,14 @@ def scan(
         ),
     ] = None,
     duration: Annotated[
-        float, typer.Option("--duration", "-d", help="Seconds to watch the server (at least 3 scrapes).")
-    ] = DEFAULT_DURATION_SECONDS,
+        str,
+        typer.Option(
+            "--duration",
+            "-d",
+            help="Seconds to watch the server (at least 3 scrapes), or auto: stop once the verdict holds still "
+            f"(at least {AUTO_MIN_SECONDS:g} s, at most {DEFAULT_DURATION_SECONDS:g} s; one server).",
+        ),
+    ] = f"{DEFAULT_DURATION_SECONDS:g}",
     *,
     connection: ConnectionFlags,
     telemetry: ScanTelemetryFlags,
@@ -113,6 +121,12 @@ def scan(
     prometheus: ScanPrometheusFlags,
 ) -> None:
     """Watch a live server for a window and say what limits it; several servers are compared as a fleet."""
+    try:
+        seconds, auto_duration = scan_length(duration)
+        if auto_duration and (urls and len(urls) > 1 or fleet.targets_file is not None):
+            raise UsageError("--duration auto scans one server", "give the fleet a length in seconds, e.g. -d 20")
+    except LlmdiagError as error:
+        fail(error)
     if prometheus.url is not None:
         only_prometheus = {
             "URL": " ".join(urls or []) or None,
@@ -136,18 +150,40 @@ def scan(
             "--markdown": output.markdown or None,
             "--verbose": output.verbose or None,
         }
-        scan_fleet(urls or [], duration, fleet, connection, telemetry.probe, pages, output, one_server_only)
+        scan_fleet(urls or [], seconds, fleet, connection, telemetry.probe, pages, output, one_server_only)
     if not urls:
         note("no server given: scanning the built-in demo server (`llmdiag demo --help`)")
-        show_demo(
-            DEFAULT_DEMO_PRESET, duration, None, dataclasses.replace(output, fail_on=output.fail_on or FailOn.never)
-        )
-    scan_server(urls[0], duration, connection, telemetry, pages, deployment, output, trace)
+        demo_output = dataclasses.replace(output, fail_on=output.fail_on or FailOn.never)
+        show_demo(DEFAULT_DEMO_PRESET, seconds, None, demo_output, auto_duration=auto_duration)
+    scan_server(urls[0], ScanLength(seconds, auto_duration), connection, telemetry, pages, deployment, output, trace)
+
+
+@dataclass(frozen=True)
+class ScanLength:
+    """--duration: the window's seconds; with ``auto``, the longest it runs."""
+
+    seconds: float
+    auto: bool = False
+
+
+def scan_length(text: str) -> tuple[float, bool]:
+    """--duration's value: seconds, or auto (the default window as the longest)."""
+    if text.strip().lower() == "auto":
+        return DEFAULT_DURATION_SECONDS, True
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise UsageError(
+            f"--duration {text!r} is neither seconds nor auto", "e.g. --duration 20, or --duration auto"
+        ) from None
+    if not seconds > 0 or math.isinf(seconds):
+        raise UsageError(f"--duration must be positive, got {text}", "e.g. --duration 20")
+    return seconds, False
 
 
 def scan_server(
     url: str,
-    duration: float,
+    duration: ScanLength,
     connection: ConnectionFlags,
     telemetry: ScanTelemetryFlags,
     pages: PagesFlags,
@@ -168,7 +204,7 @@ def scan_server(
         with scan_progress(server.base_url, quiet=output.as_json) as tick:
             verdict = diagnose(
                 server,
-                duration,
+                duration.seconds,
                 settings,
                 on_progress=tick,
                 telemetry=telemetry_options,
@@ -177,6 +213,7 @@ def scan_server(
                 canary_off_reason=why_not,
                 trace=trace_report,
                 server=pages.server,
+                auto_duration=duration.auto,
             )
         if output.html is not None:
             write_html(output.html, verdict, quiet=output.as_json or output.markdown)

@@ -31,6 +31,8 @@ DEFAULT_INTERVAL_SECONDS = 1.0
 MIN_SCRAPES = 3
 
 ProgressCallback = Callable[[int, int], None]
+# judged on the window so far after each scrape, with the seconds it has run: True ends the window there
+SettledCallback = Callable[[SignalSet, float], bool]
 
 
 def scrape_plan(duration_seconds: float, interval_seconds: float = DEFAULT_INTERVAL_SECONDS) -> tuple[int, float]:
@@ -110,8 +112,12 @@ def collect_live(
     sleep: Callable[[float], None] = time.sleep,
     telemetry: TelemetryOptions | None = None,
     canary: bool = False,
+    settled: SettledCallback | None = None,
 ) -> SignalSet:
     """Read the server's page and every telemetry source over one window, each on its own interval.
+
+    With ``settled``, ``duration_seconds`` is the longest the window runs: after each scrape the window so far is
+    handed to it, and the window ends at the first scrape it accepts.
 
     With ``canary``, a few small streaming requests go through the server's API in the same window (started once
     the first scrape shows the server is up): what a user sees, from the client side.
@@ -129,6 +135,7 @@ def collect_live(
     server, optional, missing = _open_sources(connection, load_probe(probe), telemetry)
     count, interval = scrape_plan(duration_seconds)
     window = _LiveWindow(server, optional, count, interval, clock, sleep, on_progress, connection if canary else None)
+    window.settled = settled
     canary_part: SignalSet | SourceInfo | None = None
     try:
         window.read(first, start=clock() if first_at is None else first_at)
@@ -183,6 +190,7 @@ class _LiveWindow:
     on_progress: ProgressCallback | None
     canary_connection: Connection | None
     canary: Canary | None = None
+    settled: SettledCallback | None = None
 
     def read(self, first: Scrape | None, start: float) -> None:
         """Every read of the window from ``start``; ``first``, detection's read of the page, is its first scrape."""
@@ -205,10 +213,26 @@ class _LiveWindow:
                 server_reads += 1
                 _read(self.server, server_reads, self.count)
                 self._server_read(server_reads, end)
+                if self.settled is not None and self._judged_settled(start):
+                    break
             else:
                 _read(source, len(source.scrapes) + 1, 0)
                 # never fall behind by more than one interval: a slow read skips samples, it does not pile them up
                 due[id(source)] = max(due[id(source)] + source.interval_seconds, self.clock())
+
+    def _judged_settled(self, start: float) -> bool:
+        """The window so far, handed to ``settled``: the server's signals with each source read twice or more."""
+        assert self.settled is not None
+        if len(self.server.scrapes) < MIN_SCRAPES:
+            return False
+        try:
+            so_far = build_server_signals(self.server.spec, list(self.server.scrapes), self.server.display_url)
+            for source in self.optional:
+                if source.dropped is None and len(source.scrapes) >= 2:
+                    merge_signal_sets(so_far, build_signal_set(source.spec, source.scrapes, source.display_url))
+        except ProbeError:  # a window that cannot be read yet is not a settled one
+            return False
+        return self.settled(so_far, self.clock() - start)
 
     def _server_read(self, reads: int, end: float) -> None:
         if self.canary_connection is not None and self.canary is None:
