@@ -244,6 +244,12 @@ class SignalBuilder:
         if hw.count <= 0:
             return Signal(**common, stats={"count": 0.0}, unavailable="no observations in the window")
         stats = {"count": hw.count, "sum": hw.total}
+        start = self.window_scrapes[0].at_unix
+        if spec.unit == "seconds" and start is not None:
+            # durations are counted when they end: the part that can lie inside the window (queue time before it)
+            in_window = hw.sum_in_window_max(start, spec.scale)
+            if in_window is not None:
+                stats["sum_in_window_max"] = in_window
         for q, key in ((0.5, "p50"), (0.9, "p90"), (0.95, "p95"), (0.99, "p99")):
             value = hw.quantile(q)
             if value is not None:

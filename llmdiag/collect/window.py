@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 from llmdiag.collect.exposition import ANY_LABELS, LabelKey, Scrape, label_key, select
@@ -54,6 +54,8 @@ class HistogramWindow:
     count: float
     total: float
     resets: int = 0
+    # per interval between scrapes: (the later scrape's time, bucket deltas by upper bound, count, sum)
+    intervals: list[tuple[float, dict[float, float], float, float]] = field(default_factory=list)
 
     def quantile(self, q: float) -> float | None:
         return bucket_quantile(q, self.buckets)
@@ -61,6 +63,29 @@ class HistogramWindow:
     @property
     def mean(self) -> float | None:
         return self.total / self.count if self.count > 0 else None
+
+    def sum_in_window_max(self, start_unix: float, scale: float = 1.0) -> float | None:
+        """The most of ``total`` (a sum of durations, in seconds after ``scale``) that can lie after ``start_unix``.
+
+        A server observes a duration when it ends (vLLM: queue time when the request is scheduled or finishes),
+        so a request that queued before the window is counted in full by the first scrape after it ends. An
+        observation first counted by a scrape at t_k ended by t_k, so at most t_k - start of it lies inside the
+        window; its bucket bounds it too. Per interval: min(its sum, Σ bucket count × min(upper bound, t_k -
+        start)), the +Inf bucket at t_k - start. None when an interval has no time."""
+        bound = 0.0
+        for end_unix, deltas, count, total in self.intervals:
+            inside = end_unix - start_unix
+            if math.isnan(inside):
+                return None
+            inside = max(inside, 0.0)
+            by_buckets, below = 0.0, 0.0
+            for upper, cumulative in sorted(deltas.items()):
+                in_bucket = max(cumulative - below, 0.0)
+                by_buckets += in_bucket * min(upper * scale, inside)
+                below = max(below, cumulative)
+            by_buckets += max(count - below, 0.0) * inside  # above the largest bound (or no +Inf bucket)
+            bound += min(total * scale, by_buckets)
+        return bound
 
 
 def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float | None:
@@ -105,7 +130,10 @@ def histogram_window(scrapes: list[Scrape], base: str, match: Mapping[str, str] 
     summed: dict[float, float] = {}
     count = total = 0.0
     resets = 0
+    intervals: list[tuple[float, dict[float, float], float, float]] = []
     for before, after in pairwise(scrapes):
+        step: dict[float, float] = {}
+        step_count = step_total = 0.0
         prev_b = _bucket_series(before, base, match)
         prev_sum = select(before, f"{base}_sum", match)
         prev_cnt = select(before, f"{base}_count", match)
@@ -118,14 +146,20 @@ def histogram_window(scrapes: list[Scrape], base: str, match: Mapping[str, str] 
             reset = cnt_now < cnt_old
             resets += reset
             for le, value in bounds.items():
-                summed[le] = summed.get(le, 0.0) + (value if reset else value - old.get(le, 0.0))
-            count += cnt_now if reset else cnt_now - cnt_old
+                step[le] = step.get(le, 0.0) + (value if reset else value - old.get(le, 0.0))
+            step_count += cnt_now if reset else cnt_now - cnt_old
             sum_now = after_sum.get(key, 0.0)
-            total += sum_now if reset else sum_now - prev_sum.get(key, 0.0)
+            step_total += sum_now if reset else sum_now - prev_sum.get(key, 0.0)
+        for le, value in step.items():
+            summed[le] = summed.get(le, 0.0) + value
+        count += step_count
+        total += step_total
+        at = after.at_unix if after.at_unix is not None else math.nan
+        intervals.append((at, step, step_count, step_total))
     buckets = sorted(summed.items())
     if buckets and not math.isinf(buckets[-1][0]):
         buckets.append((math.inf, count))
-    return HistogramWindow(buckets=buckets, count=count, total=total, resets=resets)
+    return HistogramWindow(buckets=buckets, count=count, total=total, resets=resets, intervals=intervals)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ are declared in probes/signals.toml (llmdiag.schema.registry); its formula is sa
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from llmdiag.errors import LlmdiagError, option
 from llmdiag.model import Signal, SignalSet
 from llmdiag.physics.hardware import GPUS, find_model
-from llmdiag.schema.loader import load_code_signals
+from llmdiag.schema.loader import find_rule, load_code_signals
 
 
 class Missing(Exception):
@@ -128,19 +129,90 @@ def window_seconds(signals: SignalSet) -> float:
     return duration
 
 
+def _seconds_in_window(signals: SignalSet, histogram: str) -> float:
+    """The seconds of a stage's durations that can lie inside the window: the histogram's sum, clipped by the
+    collector to what each scrape interval could hold (``sum_in_window_max``: a duration counted at t_k ended by
+    t_k, so at most t_k - start of it is inside). Without scrape times (a log, hand-made numbers) the plain sum,
+    which counts time spent before the window by requests that left the stage inside it."""
+    total = need(signals, histogram, "sum")
+    clipped = signals.signals[histogram].stats.get("sum_in_window_max")
+    return total if clipped is None else min(total, clipped)
+
+
+def _gauges_starve(signals: SignalSet) -> bool | None:
+    """SAN004's question: does the running gauge read 0 under load (a starved API server answers /metrics only at
+    idle moments)? False when fewer than one request ran on average (a starved server is a loaded one); None when
+    it cannot be told (no running gauge readings or no request timings)."""
+    running = signals.get("requests_running")
+    rule = find_rule("SAN004")
+    if running is None or running.unavailable or not running.samples or rule is None:
+        return None
+    try:
+        if _seconds_in_window(signals, "inference_time_seconds") / window_seconds(signals) < 1.0:
+            return False
+        return running_gauge_zero_under_load(signals) >= rule.severity.warning
+    except Missing:
+        return None
+
+
+def _unseen_seconds(signal: Signal, longest_gap: float, head: float) -> float:
+    """The most of the window's observed durations that a gauge reading 0 at every scrape could have missed.
+
+    A stay longer than every gap between readings would have spanned a reading, so it lies wholly outside the
+    readings' span: only its part in ``head`` (the window's start to the first reading, 0 when the first scrape
+    was read) can be inside. A shorter one is at most its bucket's upper bound and the longest gap. Per bucket
+    (lower, upper]: ``head`` when lower >= the longest gap, else max(min(upper, longest gap), head).
+    """
+    unseen, lower, below = 0.0, 0.0, 0.0
+    for upper, cumulative in [*signal.buckets, (math.inf, signal.stats.get("count", 0.0))]:
+        most = head if lower >= longest_gap else max(min(upper, longest_gap), head)
+        unseen += max(cumulative - below, 0.0) * most
+        lower, below = upper, max(below, cumulative)
+    return unseen
+
+
+def _zero_gauge_bound(signals: SignalSet, histogram: str, gauge: str) -> float | None:
+    """When a trusted gauge read 0 at every scrape, no request was in the stage at a scrape: each stay inside the
+    window lies between two readings (``_unseen_seconds``). None when the gauge is not known to be trusted (SAN004
+    says it starves, or cannot say) or its readings have no times in the window. Neglected: a gauge is as old as
+    the engine's last step (milliseconds to a few tenths of a second), so a stay that long beyond a gap can hide."""
+    reading = signals.get(gauge)
+    window = signals.window
+    if reading is None or reading.unavailable or not reading.samples or reading.stats.get("max") != 0:
+        return None
+    if window.start_unix is None or window.end_unix is None or _gauges_starve(signals) is not False:
+        return None
+    times = sorted(t for t, _ in reading.samples)
+    if times[0] < window.start_unix or times[-1] > window.end_unix:
+        return None  # readings placed by their index (an untimed log), not by time
+    edges = [*times, window.end_unix]
+    longest_gap = max((b - a for a, b in zip(edges, edges[1:], strict=False)), default=0.0)
+    return _unseen_seconds(signals.signals[histogram], longest_gap, head=times[0] - window.start_unix)
+
+
 def _time_average(signals: SignalSet, histogram: str, gauge: str) -> float:
     """The larger of two estimates of how many requests sat in a stage on average.
 
     Little's law: the seconds requests spent in the stage (recorded per request when it leaves), summed over
     the window, divided by the window. It misses requests still in the stage at the window's end, so it reads
-    low when requests last longer than the window. The gauge's mean over the scrapes reads low when /metrics
-    is answered only at idle moments (a starved API server: every sample 0). Each fails low, so take the max.
+    low when requests last longer than the window. It would read high by the time spent before the window by
+    requests that leave inside it (a queue that drained before the window): the sum is clipped to what the
+    window could hold (``_seconds_in_window``), and, when a gauge SAN004 does not doubt read 0 throughout, to the
+    longest gap between scrapes per request (``_zero_gauge_bound``). What clipping cannot remove stays: a
+    request counted at t_k is taken to have been in the stage until t_k (vLLM counts queue time when a request
+    finishes, so up to its run time too), and without scrape times the whole sum counts.
+    The gauge's mean over the scrapes reads low when /metrics is answered only at idle moments (a starved API
+    server: every sample 0). Each estimate is low or clipped to a bound, so take the max.
     """
     estimates: list[float] = []
     reasons: list[str] = []
 
     def littles_law() -> float:
-        return need(signals, histogram, "sum") / window_seconds(signals)
+        seconds = _seconds_in_window(signals, histogram)
+        bound = _zero_gauge_bound(signals, histogram, gauge)
+        if bound is not None:
+            seconds = min(seconds, bound)
+        return seconds / window_seconds(signals)
 
     def gauge_mean() -> float:
         return need(signals, gauge, "mean")
@@ -155,12 +227,20 @@ def _time_average(signals: SignalSet, histogram: str, gauge: str) -> float:
     return max(estimates)
 
 
-@derived("requests_waiting_avg", formula="max(sum(queue_time) / window, mean waiting gauge)")
+# the bias that stays is said where the value is shown (the signal's source)
+_LITTLE = (
+    "max(sum({h}) clipped to the window / window, mean {g} gauge); clipped per request to its scrape - window "
+    "start, and to the scrape gap while a {g} gauge SAN004 does not doubt read 0; still counts time before the "
+    "window up to that bound, and all of it without scrape times (logs)"
+)
+
+
+@derived("requests_waiting_avg", formula=_LITTLE.format(h="queue_time", g="waiting"))
 def requests_waiting_avg(signals: SignalSet) -> float:
     return _time_average(signals, "queue_time_seconds", "requests_waiting")
 
 
-@derived("requests_running_avg", formula="max(sum(inference_time) / window, mean running gauge)")
+@derived("requests_running_avg", formula=_LITTLE.format(h="inference_time", g="running"))
 def requests_running_avg(signals: SignalSet) -> float:
     return _time_average(signals, "inference_time_seconds", "requests_running")
 
@@ -192,7 +272,7 @@ def running_gauge_zero_under_load(signals: SignalSet) -> float:
     running = signals.get("requests_running")
     if running is None or running.unavailable or not running.samples:
         raise Missing("no running gauge")
-    if need(signals, "inference_time_seconds", "sum") / window_seconds(signals) < 1.0:
+    if _seconds_in_window(signals, "inference_time_seconds") / window_seconds(signals) < 1.0:
         raise Missing("fewer than one request running on average: zero readings are expected")
     return sum(1 for _, v in running.samples if v == 0) / len(running.samples)
 

@@ -27,7 +27,8 @@ class Signal(BaseModel):
     """One measured quantity over the window.
 
     ``stats`` holds what the kind allows: gauges ``last/mean/min/max``; counters ``rate/increase``;
-    histograms ``p50/p90/p95/p99/mean/count/sum``; derived signals ``value``.
+    histograms ``p50/p90/p95/p99/mean/count/sum`` and, for durations with scrape times, ``sum_in_window_max`` (the
+    most of ``sum`` that lies inside the window: a duration is counted when it ends); derived signals ``value``.
     """
 
     name: str

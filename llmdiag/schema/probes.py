@@ -11,7 +11,7 @@ from llmdiag.schema.base import _Strict
 STAT_NAMES = {
     "gauge": {"last", "mean", "min", "max", "p90"},
     "counter": {"rate", "increase"},
-    "histogram": {"p50", "p90", "p95", "p99", "mean", "count", "sum"},
+    "histogram": {"p50", "p90", "p95", "p99", "mean", "count", "sum", "sum_in_window_max"},
     "info": {"value"},
     "derived": {"value"},
 }

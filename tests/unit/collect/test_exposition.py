@@ -79,6 +79,22 @@ def test_histogram_reset_uses_the_new_process_counts():
     assert hw.total == pytest.approx(0.2)
 
 
+def test_durations_counted_in_the_window_are_clipped_to_what_it_held():
+    # scrapes at 100, 102 and 110 s: 2 durations of 30 s counted by the 102 s scrape, 1 of 0.05 s and 1 over the
+    # last bound (sum says 40 s) by the 110 s scrape. The 30 s ones ended by 102 s, so at most 2 s of each lies
+    # after 100 s; the +Inf one at most 10 s; the short one at its 0.1 s bound, the interval at its sum
+    first = histogram_text({"0.1": 0, "60.0": 0, "+Inf": 0}, total=0.0)
+    second = histogram_text({"0.1": 0, "60.0": 2, "+Inf": 2}, total=60.0)
+    third = histogram_text({"0.1": 1, "60.0": 3, "+Inf": 4}, total=100.05)
+    hw = histogram_window(
+        [scrape(100, first), scrape(102, second), scrape(110, third)], "vllm:time_to_first_token_seconds"
+    )
+    assert hw is not None and hw.total == pytest.approx(100.05)
+    assert hw.sum_in_window_max(100.0) == pytest.approx(2 * 2.0 + min(40.05, 0.1 + 10.0))
+    # a value in milliseconds (scale 0.001): the bounds and the sums are scaled before the clip
+    assert hw.sum_in_window_max(109.99, scale=0.001) == pytest.approx(2 * 0.0 + min(0.04005, 0.0001 + 0.01))
+
+
 def test_histograms_sum_over_engines():
     def two_engines(a: float, b: float) -> str:
         body = histogram_text({"0.1": a, "+Inf": a}, total=a * 0.05, engine="0")
