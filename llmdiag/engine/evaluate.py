@@ -39,6 +39,16 @@ LOG_CORE_SIGNALS = ("requests_running", "requests_waiting", "kv_cache_usage_rati
 # a server without the latency histogram (TGI and llama.cpp have no TTFT; llama.cpp may lack ITL): the scan's own
 # canary requests measured the same thing from the client side, and stand in for the healthy/idle judgement only
 CLIENT_STAND_INS = {"ttft_seconds": "client_ttft_seconds", "itl_seconds": "client_tpot_seconds"}
+# what shows requests were served in the window (signal, stat, the canaries' share of it, what it counts): idle needs
+# one of them to have stayed at zero beyond the canaries; gauges at 0 miss whatever came and went between readings
+WORK_EVIDENCE = (
+    ("requests_finished_per_second", "increase", "client_requests_sent", "requests finished"),
+    ("generation_tokens_per_second", "increase", "client_output_tokens", "output tokens generated"),
+    ("prompt_tokens_per_second", "increase", "client_prompt_tokens", "prompt tokens processed"),
+    ("ttft_seconds", "count", "client_requests_sent", "first tokens timed"),
+    ("itl_seconds", "count", "client_output_tokens", "inter-token times observed"),
+    ("e2e_latency_seconds", "count", "client_requests_sent", "request latencies observed"),
+)
 # below this mean queue no queueing rule fires (their warning threshold): a server that never preempts shows a full
 # KV cache only as waiting requests, so with none its missing KV gauge does not stop a healthy verdict
 QUEUE_FREE_BELOW = 1.0
@@ -226,24 +236,67 @@ def _experience(signals: SignalSet) -> Experience:
     )
 
 
-def _is_idle(signals: SignalSet) -> bool | None:
-    """True when nothing but the scan's own canary requests ran, waited or was generated in the window; None when
-    that can't be told. The canaries go one at a time, so they can show as one running request and as at most the
-    tokens they sent and received."""
+def _canaries(signals: SignalSet) -> dict[str, float]:
+    """What the scan's own canary requests sent and received (0 without canaries)."""
+    names = ("client_requests_sent", "client_output_tokens", "client_prompt_tokens")
+    return {n: _lookup(signals, SignalRef(signal=n, stat="value"))[0] or 0.0 for n in names}
+
+
+def _work_counts(signals: SignalSet) -> tuple[list[str], list[str]]:
+    """What the counters and histogram counts say was served in the window beyond the canaries: (what moved, what
+    stayed at zero). A count is read even where its signal is unavailable as a rate or a quantile (one dump: no
+    rate; no observation: no quantile): the count itself is what it is. A log printed only a per-second average."""
+    canaries = _canaries(signals)
+    moved: list[str] = []
+    still: list[str] = []
+    for name, stat, canary, what in WORK_EVIDENCE:
+        signal = signals.get(name)
+        if signal is None:
+            continue
+        value = signal.stats.get(stat)
+        if value is None and stat == "increase" and signal.unavailable is None:
+            value = signal.stats.get("rate")  # as printed: moved or not, with no count to report
+            if value is not None:
+                (moved if value > 0 else still).append(f"{what} at {value:.3g}/s")
+            continue
+        if value is None:
+            continue
+        if value > canaries[canary]:
+            moved.append(f"{value:.0f} {what}")
+        else:
+            still.append(f"{value:.0f} {what}")
+    return moved, still
+
+
+def _idleness(signals: SignalSet) -> tuple[bool | None, str]:
+    """Whether nothing but the scan's own canary requests ran, waited, finished or produced a token in the window,
+    with what says so. True needs positive evidence: a counter or histogram count that stayed at zero, since a gauge
+    is one reading each and misses whatever came and went between readings. False: something ran or was served
+    (the text says what, where the gauges missed it). None: it cannot be told (the text says why). The canaries go
+    one at a time, so they can show as one running request and as at most the tokens they sent and received."""
     running, _ = _lookup(signals, SignalRef(signal="requests_running", stat="max"))
     waiting, _ = _lookup(signals, SignalRef(signal="requests_waiting", stat="max"))
     if running is None or waiting is None:
-        return None
-    generated, _ = _lookup(signals, SignalRef(signal="generation_tokens_per_second", stat="increase"))
-    prompted, _ = _lookup(signals, SignalRef(signal="prompt_tokens_per_second", stat="increase"))
-    canary_requests = _lookup(signals, SignalRef(signal="client_requests_sent", stat="value"))[0] or 0
-    canary_output = _lookup(signals, SignalRef(signal="client_output_tokens", stat="value"))[0] or 0
-    canary_prompt = _lookup(signals, SignalRef(signal="client_prompt_tokens", stat="value"))[0] or 0
-    return (
-        running <= (1 if canary_requests else 0)
-        and waiting == 0
-        and (generated or 0) <= canary_output
-        and (prompted or 0) <= canary_prompt
+        return None, ""
+    if running > (1 if _canaries(signals)["client_requests_sent"] else 0) or waiting > 0:
+        return False, ""
+    moved, still = _work_counts(signals)
+    snapshot = signals.window.kind == "snapshot"
+    if moved and snapshot:  # counted since the server started: whether before this moment or just now, unknown
+        return None, (
+            f"nothing ran or waited at the moment of this one page, but {' and '.join(moved)} since the server "
+            "started: one moment cannot tell an idle server from one between requests"
+        )
+    if moved:
+        return False, (
+            f"the running and waiting gauges read 0 in every reading, yet the counts show {' and '.join(moved)}: the "
+            "requests came and went between readings (or the gauges missed them); judged from the counts"
+        )
+    if still:
+        return True, ""
+    return None, (
+        "nothing ran or waited at any reading, but no finished-request count, token count or latency histogram is "
+        "available to show that nothing was served between the readings"
     )
 
 
@@ -319,14 +372,18 @@ def _class_confidence(bottleneck: Bottleneck, confidence: float, findings: list[
     return out
 
 
-def _summary(bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet, missing: list[str]) -> str:
-    text = _class_summary(bottleneck, primary, signals, missing)
+def _summary(
+    bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet, missing: list[str], idle_why: str = ""
+) -> str:
+    text = _class_summary(bottleneck, primary, signals, missing, idle_why)
     if signals.window.kind == "snapshot":
         text += " (judged from one snapshot: gauges at one moment, no rates)"
     return text
 
 
-def _class_summary(bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet, missing: list[str]) -> str:
+def _class_summary(
+    bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet, missing: list[str], idle_why: str
+) -> str:
     if primary is not None and bottleneck is Bottleneck.stalled:
         return f"Stalled: {primary.summary}"
     if primary is not None:
@@ -386,6 +443,8 @@ def _class_summary(bottleneck: Bottleneck, primary: Finding | None, signals: Sig
             f"Unknown: {waiting:.1f} requests waiting on average{slots}, and no rule could say what holds them "
             "back; missing " + "; ".join(reasons) + "."
         )
+    if idle_why and bottleneck is Bottleneck.unknown:  # nothing ran at any reading: idle, but not shown to be
+        return f"Unknown: {idle_why}" + ("; missing " + "; ".join(reasons) if reasons else "") + "."
     return "Unknown: too little evidence to judge; missing " + "; ".join(reasons) + "."
 
 
@@ -467,12 +526,14 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
     classed = [f for f in findings if f.category in BOTTLENECK_CATEGORIES and not f.advisory]
     primary = classed[0] if classed else None
     missing, stand_in_notes = _missing_core(signals)
+    idle: bool | None = None
+    idle_why = ""
     if primary is not None and primary.stall:
         bottleneck = Bottleneck.stalled
     elif primary is not None:
         bottleneck = Bottleneck(primary.category.value)
     else:
-        idle = _is_idle(signals)
+        idle, idle_why = _idleness(signals)
         if idle:
             bottleneck = Bottleneck.idle
         elif idle is False and not missing:
@@ -482,13 +543,15 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
     confidence, notes = _confidence(bottleneck, findings, primary, signals)
     if bottleneck in (Bottleneck.healthy, Bottleneck.idle):
         notes = stand_in_notes + notes
+    if primary is None and idle is False and idle_why:
+        notes = [idle_why, *notes]
     label = "high" if confidence >= 0.75 else "medium" if confidence >= 0.5 else "low"
     return Verdict(
         target=target,
         bottleneck=bottleneck,
         confidence=round(confidence, 2),
         confidence_label=label,
-        summary=_summary(bottleneck, primary, signals, missing),
+        summary=_summary(bottleneck, primary, signals, missing, idle_why if idle is None else ""),
         window=signals.window,
         findings=findings,
         coverage=_coverage(rules, outcomes, signals),
