@@ -1,9 +1,10 @@
 """Stage 2: judge a SignalSet with the rules and build the Verdict.
 
 A rule is skipped when an input it needs is unavailable, passes when its gate does not hold or its
-ladder signal is below the warning threshold, and fires otherwise. The bottleneck class is the category
-of the most severe firing finding; with none, the window is idle, healthy, or unknown when the core
-signals needed to call it healthy are missing.
+ladder signal is below the warning threshold, and fires otherwise. The bottleneck class comes from the cause graph
+(llmdiag.engine.causes): a stall first, else the most severe class that no other firing class explains. With no
+finding the window is idle (a count of finished requests, tokens or latency observations stayed at zero),
+healthy, or unknown when the core signals needed to call it healthy are missing or nothing shows it idle.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from collections.abc import Callable
 
 from llmdiag.config import Settings
+from llmdiag.engine.causes import STALL, Choice, choose, is_preview, why
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.fixes import engine_fixes, engine_of, fixes_for
 from llmdiag.errors import option
@@ -52,15 +54,8 @@ WORK_EVIDENCE = (
 # below this mean queue no queueing rule fires (their warning threshold): a server that never preempts shows a full
 # KV cache only as waiting requests, so with none its missing KV gauge does not stop a healthy verdict
 QUEUE_FREE_BELOW = 1.0
-# when two classes fire at the same severity, the one that causes the other's symptoms wins:
-# a full KV cache makes requests queue, so memory outranks scheduling
-ROOT_CAUSE_ORDER = {Category.memory: 3, Category.network: 2, Category.compute: 1, Category.scheduling: 0}
 # why a class could not be judged when the probe its rules need was absent from the scan; with the probe present,
 # the skipped rules' own reasons are given instead (e.g. a profiling field switched off in dcgm-exporter)
-# a class whose findings are the expected symptom of another class's root cause: a step stretched by inter-GPU
-# collectives is a slow step, so CMP001 beside NET001 confirms the link rather than competing with it; and an engine
-# queueing behind link-bound steps is the link's symptom (a spinning collective, NET005, is a stall: see ``stall``)
-SYMPTOM_OF = {Category.compute: Category.network, Category.scheduling: Category.network}
 # (built when used: they name options, llmdiag.errors.option)
 NOT_EVALUATED_REASON: dict[Category, Callable[[], str]] = {
     Category.network: lambda: (
@@ -73,6 +68,15 @@ TELEMETRY_PROBES = {Category.network: frozenset({"dcgm", "nvml"})}
 STALL_CAPACITY_CAP = 0.45
 # a class that fired but lost to the verdict's class: at most this share of the confidence it would have had
 RIVAL_SHARE = 0.5
+# where a finding alone starts, by severity; a preview rule's (``status = "preview"``: not yet proven on field data)
+# at PREVIEW_WEIGHT of that, and a class that only preview rules found stays below "high" (0.75)
+ALONE = {Severity.critical: 0.85, Severity.warning: 0.65}
+PREVIEW_WEIGHT = 0.85
+PREVIEW_ONLY_CAP = 0.7
+# a second finding of the verdict's class that reads a different signal: independent evidence for the same cause
+SECOND_SIGNAL_BONUS = 0.05
+# a rival class (one the verdict's class does not explain) fired: at the verdict's severity, or one lower
+RIVAL_PENALTY = {True: 0.15, False: 0.1}
 # one moment (no rates, no trend) cannot tell a lasting limit from a passing state or a hang that began after it:
 # its class is named, below the 0.5 from which a verdict counts as confident (the standard: windows, not samples)
 SNAPSHOT_CONFIDENCE_CAP = 0.45
@@ -300,39 +304,56 @@ def _idleness(signals: SignalSet) -> tuple[bool | None, str]:
     )
 
 
-def _confidence(
-    bottleneck: Bottleneck, findings: list[Finding], primary: Finding | None, signals: SignalSet
-) -> tuple[float, list[str]]:
+def alone(finding: Finding) -> float:
+    """Where a finding starts as the verdict: by its severity, less for a preview rule."""
+    return ALONE[finding.severity] * (PREVIEW_WEIGHT if is_preview(finding) else 1.0)
+
+
+def _class_score(choice: Choice) -> tuple[float, list[str]]:
+    """The verdict's class on the findings alone: its primary, independent support, symptoms and rivals."""
+    primary = choice.primary
+    assert primary is not None
+    notes: list[str] = []
+    score = alone(primary)
+    same = [f for f in choice.findings if f.category is primary.category and not f.advisory]
+    # CMP003/CMP004 read CMP001's inter-token mean again: a second finding counts only on a signal of its own
+    ladders = {f.evidence[0].signal if f.evidence else f.code for f in same}
+    if len(ladders) > 1:
+        score += SECOND_SIGNAL_BONUS
+    for symptom, cause in choice.symptoms:
+        notes.append(
+            f"{symptom.code} ({symptom.category.value}) beside a stall: a symptom of the hang, not a limit"
+            if cause == STALL
+            else f"{symptom.code} ({symptom.category.value}) is a symptom of {cause}: "
+            f"{why(Category(cause), symptom.category)}"
+        )
+    if choice.rivals:
+        strongest = max(choice.rivals, key=lambda f: f.severity.rank)
+        score -= RIVAL_PENALTY[strongest.severity.rank >= primary.severity.rank]
+        notes.append(
+            f"{strongest.code} ({strongest.category.value}, {strongest.severity.value}) fired too, and "
+            f"{primary.category.value} does not explain it: {strongest.category.value} may share the blame"
+        )
+    preview = [f.code for f in same if is_preview(f)]
+    if is_preview(primary):
+        notes.append(
+            f"{primary.code} is a preview rule, not yet proven on field data: it weighs {PREVIEW_WEIGHT:.0%} of a "
+            "stable rule"
+        )
+    if len(preview) == len(same):
+        score = min(score, PREVIEW_ONLY_CAP)
+    return score, notes
+
+
+def confidence(bottleneck: Bottleneck, choice: Choice, signals: SignalSet) -> tuple[float, list[str]]:
+    """How far the verdict can be trusted, and the notes that say what lowered it."""
+    findings = choice.findings
     notes: list[str] = []
     core = _core_signals(signals)
     available = [n for n in core if (s := signals.get(n)) is not None and s.unavailable is None]
     coverage = len(available) / len(core)
-    if primary is not None:
-        score = 0.85 if primary.severity is Severity.critical else 0.65
-        same = [f for f in findings if f.category is primary.category]
-        others = [
-            f
-            for f in findings
-            if f.category in BOTTLENECK_CATEGORIES
-            and not f.advisory
-            and f.category is not primary.category
-            and f.severity is primary.severity
-        ]
-        rivals = [f for f in others if SYMPTOM_OF.get(f.category) is not primary.category]
-        if primary.stall:  # a stuck engine makes every capacity symptom at once: none competes with the stall
-            others = [f for f in findings if f.category in BOTTLENECK_CATEGORIES and not f.stall and not f.advisory]
-            rivals = []
-        for symptom in (f for f in others if f not in rivals):
-            notes.append(
-                f"{symptom.code} ({symptom.category.value}) beside a stall: a symptom of the hang, not a limit"
-                if primary.stall
-                else f"{symptom.code} ({symptom.category.value}) at the same severity is a symptom of the primary"
-            )
-        if len(same) > 1:
-            score += 0.05
-        if rivals:
-            score -= 0.15
-            notes.append(f"{rivals[0].code} ({rivals[0].category.value}) fired at the same severity")
+    if choice.primary is not None:
+        score, notes = _class_score(choice)
     else:
         score = {Bottleneck.idle: 0.9, Bottleneck.healthy: 0.8}.get(bottleneck, 0.3)
     score *= 0.6 + 0.4 * coverage
@@ -364,8 +385,7 @@ def _class_confidence(bottleneck: Bottleneck, confidence: float, findings: list[
         if name == bottleneck.value:
             out[name] = round(confidence, 2)
             continue
-        alone = 0.85 if finding.severity is Severity.critical else 0.65
-        score = min(alone, confidence) * RIVAL_SHARE
+        score = min(alone(finding), confidence) * RIVAL_SHARE
         if bottleneck is Bottleneck.stalled:
             score = min(score, STALL_CAPACITY_CAP)
         out[name] = round(score, 2)
@@ -519,12 +539,9 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
             findings.append(finding)
     _stand_ins(rules, outcomes, findings)
     # a stall first (nothing else explains a stuck engine), then what limits the server, then advisories and sanity
-    findings.sort(
-        key=lambda f: (f.stall, not f.advisory, f.severity.rank, ROOT_CAUSE_ORDER.get(f.category, -1), f.margin),
-        reverse=True,
-    )
-    classed = [f for f in findings if f.category in BOTTLENECK_CATEGORIES and not f.advisory]
-    primary = classed[0] if classed else None
+    # a stall first (nothing else explains a stuck engine), then the cause graph: see llmdiag.engine.causes
+    choice = choose(findings)
+    findings, primary = choice.findings, choice.primary
     missing, stand_in_notes = _missing_core(signals)
     idle: bool | None = None
     idle_why = ""
@@ -540,16 +557,16 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
             bottleneck = Bottleneck.healthy
         else:
             bottleneck = Bottleneck.unknown
-    confidence, notes = _confidence(bottleneck, findings, primary, signals)
+    score, notes = confidence(bottleneck, choice, signals)
     if bottleneck in (Bottleneck.healthy, Bottleneck.idle):
         notes = stand_in_notes + notes
     if primary is None and idle is False and idle_why:
         notes = [idle_why, *notes]
-    label = "high" if confidence >= 0.75 else "medium" if confidence >= 0.5 else "low"
+    label = "high" if score >= 0.75 else "medium" if score >= 0.5 else "low"
     return Verdict(
         target=target,
         bottleneck=bottleneck,
-        confidence=round(confidence, 2),
+        confidence=round(score, 2),
         confidence_label=label,
         summary=_summary(bottleneck, primary, signals, missing, idle_why if idle is None else ""),
         window=signals.window,
@@ -558,5 +575,5 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
         experience=_experience(signals),
         signals=signals.signals,
         notes=notes + signals.anomalies,
-        class_confidence=_class_confidence(bottleneck, round(confidence, 2), findings),
+        class_confidence=_class_confidence(bottleneck, round(score, 2), findings),
     )
