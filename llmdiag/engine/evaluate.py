@@ -246,30 +246,27 @@ def _canaries(signals: SignalSet) -> dict[str, float]:
     return {n: _lookup(signals, SignalRef(signal=n, stat="value"))[0] or 0.0 for n in names}
 
 
-def _work_counts(signals: SignalSet) -> tuple[list[str], list[str]]:
-    """What the counters and histogram counts say was served in the window beyond the canaries: (what moved, what
-    stayed at zero). A count is read even where its signal is unavailable as a rate or a quantile (one dump: no
-    rate; no observation: no quantile): the count itself is what it is. A log printed only a per-second average."""
+def _work_counts(signals: SignalSet) -> tuple[list[str], list[str], list[str]]:
+    """What the counters and histogram counts say was served beyond the canaries: (counts that moved, printed
+    averages that moved, what stayed at zero). A count is read even where its signal is unavailable as a rate or a
+    quantile (one dump: no rate; no observation: no quantile): the count itself is what it is. A log's stat line
+    printed only a per-second average over the interval before it: moved or not, with no count to report."""
     canaries = _canaries(signals)
-    moved: list[str] = []
+    counted: list[str] = []
+    printed: list[str] = []
     still: list[str] = []
     for name, stat, canary, what in WORK_EVIDENCE:
         signal = signals.get(name)
-        if signal is None:
-            continue
-        value = signal.stats.get(stat)
-        if value is None and stat == "increase" and signal.unavailable is None:
-            value = signal.stats.get("rate")  # as printed: moved or not, with no count to report
-            if value is not None:
-                (moved if value > 0 else still).append(f"{what} at {value:.3g}/s")
+        value = signal.stats.get(stat) if signal is not None else None
+        if signal is not None and value is None and stat == "increase" and signal.unavailable is None:
+            rate = signal.stats.get("rate")
+            if rate is not None:
+                (printed if rate > 0 else still).append(f"{what} at {rate:.3g}/s")
             continue
         if value is None:
             continue
-        if value > canaries[canary]:
-            moved.append(f"{value:.0f} {what}")
-        else:
-            still.append(f"{value:.0f} {what}")
-    return moved, still
+        (counted if value > canaries[canary] else still).append(f"{value:.0f} {what}")
+    return counted, printed, still
 
 
 def _idleness(signals: SignalSet) -> tuple[bool | None, str]:
@@ -284,11 +281,12 @@ def _idleness(signals: SignalSet) -> tuple[bool | None, str]:
         return None, ""
     if running > (1 if _canaries(signals)["client_requests_sent"] else 0) or waiting > 0:
         return False, ""
-    moved, still = _work_counts(signals)
-    snapshot = signals.window.kind == "snapshot"
-    if moved and snapshot:  # counted since the server started: whether before this moment or just now, unknown
+    counted, printed, still = _work_counts(signals)
+    moved = counted + printed
+    if signals.window.kind == "snapshot" and counted and not printed:
+        # one page counts since the server started: whether before this moment or just now, it cannot say
         return None, (
-            f"nothing ran or waited at the moment of this one page, but {' and '.join(moved)} since the server "
+            f"nothing ran or waited at the one moment judged, but {' and '.join(counted)} since the server "
             "started: one moment cannot tell an idle server from one between requests"
         )
     if moved:

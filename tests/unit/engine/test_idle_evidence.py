@@ -166,3 +166,23 @@ def test_real_tgi_page_with_its_gauges_at_zero_and_no_counter_is_unknown():
     verdict = build_verdict(collect_files([path], "tgi"))
     assert verdict.bottleneck is Bottleneck.unknown, verdict.summary
     assert verdict.signals["requests_running"].stats["max"] == 0.0
+
+
+def log_line(generation_per_second: float) -> SignalSet:
+    """One vLLM stat line ('Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: G tokens/s, Running: 0
+    reqs, ...'), as collect.logs builds one moment: the gauges, and each throughput as the line printed it."""
+    out = SignalSet(window=Window(kind="snapshot", scrapes=1), sources=[SourceInfo(probe="vllm-log")])
+    for name in ("requests_running", "requests_waiting", "kv_cache_usage_ratio"):
+        stats = {"last": 0.0, "mean": 0.0, "min": 0.0, "max": 0.0, "p90": 0.0}
+        out.add(Signal(name=name, kind="gauge", unit="", stats=stats))
+    for name, rate in (("generation_tokens_per_second", generation_per_second), ("prompt_tokens_per_second", 0.0)):
+        out.add(Signal(name=name, kind="counter", unit="tokens/s", stats={"rate": rate}))
+    return out
+
+
+def test_one_stat_line_that_printed_no_throughput_is_idle_and_one_that_printed_some_is_not():
+    quiet = build_verdict(log_line(0.0))
+    assert quiet.bottleneck is Bottleneck.idle, quiet.summary
+    served = build_verdict(log_line(37.4))
+    assert served.bottleneck is not Bottleneck.idle, served.summary
+    assert any("output tokens generated at 37.4/s" in note for note in served.notes)
