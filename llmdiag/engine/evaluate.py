@@ -1,9 +1,10 @@
 """Stage 2: judge a SignalSet with the rules and build the Verdict.
 
 A rule is skipped when an input it needs is unavailable, passes when its gate does not hold or its
-ladder signal is below the warning threshold, and fires otherwise. The bottleneck class is the category
-of the most severe firing finding; with none, the window is idle, healthy, or unknown when the core
-signals needed to call it healthy are missing.
+ladder signal is below the warning threshold, and fires otherwise. The bottleneck class comes from the cause graph
+(llmdiag.engine.causes): a stall first, else the most severe class that no other firing class explains. With no
+finding the window is idle (a count of finished requests, tokens or latency observations stayed at zero),
+healthy, or unknown when the core signals needed to call it healthy are missing or nothing shows it idle.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from collections.abc import Callable
 
 from llmdiag.config import Settings
+from llmdiag.engine.causes import STALL, Choice, choose, is_preview, why
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.fixes import engine_fixes, engine_of, fixes_for
 from llmdiag.errors import option
@@ -39,18 +41,21 @@ LOG_CORE_SIGNALS = ("requests_running", "requests_waiting", "kv_cache_usage_rati
 # a server without the latency histogram (TGI and llama.cpp have no TTFT; llama.cpp may lack ITL): the scan's own
 # canary requests measured the same thing from the client side, and stand in for the healthy/idle judgement only
 CLIENT_STAND_INS = {"ttft_seconds": "client_ttft_seconds", "itl_seconds": "client_tpot_seconds"}
+# what shows requests were served in the window (signal, stat, the canaries' share of it, what it counts): idle needs
+# one of them to have stayed at zero beyond the canaries; gauges at 0 miss whatever came and went between readings
+WORK_EVIDENCE = (
+    ("requests_finished_per_second", "increase", "client_requests_sent", "requests finished"),
+    ("generation_tokens_per_second", "increase", "client_output_tokens", "output tokens generated"),
+    ("prompt_tokens_per_second", "increase", "client_prompt_tokens", "prompt tokens processed"),
+    ("ttft_seconds", "count", "client_requests_sent", "first tokens timed"),
+    ("itl_seconds", "count", "client_output_tokens", "inter-token times observed"),
+    ("e2e_latency_seconds", "count", "client_requests_sent", "request latencies observed"),
+)
 # below this mean queue no queueing rule fires (their warning threshold): a server that never preempts shows a full
 # KV cache only as waiting requests, so with none its missing KV gauge does not stop a healthy verdict
 QUEUE_FREE_BELOW = 1.0
-# when two classes fire at the same severity, the one that causes the other's symptoms wins:
-# a full KV cache makes requests queue, so memory outranks scheduling
-ROOT_CAUSE_ORDER = {Category.memory: 3, Category.network: 2, Category.compute: 1, Category.scheduling: 0}
 # why a class could not be judged when the probe its rules need was absent from the scan; with the probe present,
 # the skipped rules' own reasons are given instead (e.g. a profiling field switched off in dcgm-exporter)
-# a class whose findings are the expected symptom of another class's root cause: a step stretched by inter-GPU
-# collectives is a slow step, so CMP001 beside NET001 confirms the link rather than competing with it; and an engine
-# queueing behind link-bound steps is the link's symptom (a spinning collective, NET005, is a stall: see ``stall``)
-SYMPTOM_OF = {Category.compute: Category.network, Category.scheduling: Category.network}
 # (built when used: they name options, llmdiag.errors.option)
 NOT_EVALUATED_REASON: dict[Category, Callable[[], str]] = {
     Category.network: lambda: (
@@ -63,6 +68,15 @@ TELEMETRY_PROBES = {Category.network: frozenset({"dcgm", "nvml"})}
 STALL_CAPACITY_CAP = 0.45
 # a class that fired but lost to the verdict's class: at most this share of the confidence it would have had
 RIVAL_SHARE = 0.5
+# where a finding alone starts, by severity; a preview rule's (``status = "preview"``: not yet proven on field data)
+# at PREVIEW_WEIGHT of that, and a class that only preview rules found stays below "high" (0.75)
+ALONE = {Severity.critical: 0.85, Severity.warning: 0.65}
+PREVIEW_WEIGHT = 0.85
+PREVIEW_ONLY_CAP = 0.7
+# a second finding of the verdict's class that reads a different signal: independent evidence for the same cause
+SECOND_SIGNAL_BONUS = 0.05
+# a rival class (one the verdict's class does not explain) fired: at the verdict's severity, or one lower
+RIVAL_PENALTY = {True: 0.15, False: 0.1}
 # one moment (no rates, no trend) cannot tell a lasting limit from a passing state or a hang that began after it:
 # its class is named, below the 0.5 from which a verdict counts as confident (the standard: windows, not samples)
 SNAPSHOT_CONFIDENCE_CAP = 0.45
@@ -226,60 +240,118 @@ def _experience(signals: SignalSet) -> Experience:
     )
 
 
-def _is_idle(signals: SignalSet) -> bool | None:
-    """True when nothing but the scan's own canary requests ran, waited or was generated in the window; None when
-    that can't be told. The canaries go one at a time, so they can show as one running request and as at most the
-    tokens they sent and received."""
+def _canaries(signals: SignalSet) -> dict[str, float]:
+    """What the scan's own canary requests sent and received (0 without canaries)."""
+    names = ("client_requests_sent", "client_output_tokens", "client_prompt_tokens")
+    return {n: _lookup(signals, SignalRef(signal=n, stat="value"))[0] or 0.0 for n in names}
+
+
+def _work_counts(signals: SignalSet) -> tuple[list[str], list[str], list[str]]:
+    """What the counters and histogram counts say was served beyond the canaries: (counts that moved, printed
+    averages that moved, what stayed at zero). A count is read even where its signal is unavailable as a rate or a
+    quantile (one dump: no rate; no observation: no quantile): the count itself is what it is. A log's stat line
+    printed only a per-second average over the interval before it: moved or not, with no count to report."""
+    canaries = _canaries(signals)
+    counted: list[str] = []
+    printed: list[str] = []
+    still: list[str] = []
+    for name, stat, canary, what in WORK_EVIDENCE:
+        signal = signals.get(name)
+        value = signal.stats.get(stat) if signal is not None else None
+        if signal is not None and value is None and stat == "increase" and signal.unavailable is None:
+            rate = signal.stats.get("rate")
+            if rate is not None:
+                (printed if rate > 0 else still).append(f"{what} at {rate:.3g}/s")
+            continue
+        if value is None:
+            continue
+        (counted if value > canaries[canary] else still).append(f"{value:.0f} {what}")
+    return counted, printed, still
+
+
+def _idleness(signals: SignalSet) -> tuple[bool | None, str]:
+    """Whether nothing but the scan's own canary requests ran, waited, finished or produced a token in the window,
+    with what says so. True needs positive evidence: a counter or histogram count that stayed at zero, since a gauge
+    is one reading each and misses whatever came and went between readings. False: something ran or was served
+    (the text says what, where the gauges missed it). None: it cannot be told (the text says why). The canaries go
+    one at a time, so they can show as one running request and as at most the tokens they sent and received."""
     running, _ = _lookup(signals, SignalRef(signal="requests_running", stat="max"))
     waiting, _ = _lookup(signals, SignalRef(signal="requests_waiting", stat="max"))
     if running is None or waiting is None:
-        return None
-    generated, _ = _lookup(signals, SignalRef(signal="generation_tokens_per_second", stat="increase"))
-    prompted, _ = _lookup(signals, SignalRef(signal="prompt_tokens_per_second", stat="increase"))
-    canary_requests = _lookup(signals, SignalRef(signal="client_requests_sent", stat="value"))[0] or 0
-    canary_output = _lookup(signals, SignalRef(signal="client_output_tokens", stat="value"))[0] or 0
-    canary_prompt = _lookup(signals, SignalRef(signal="client_prompt_tokens", stat="value"))[0] or 0
-    return (
-        running <= (1 if canary_requests else 0)
-        and waiting == 0
-        and (generated or 0) <= canary_output
-        and (prompted or 0) <= canary_prompt
+        return None, ""
+    if running > (1 if _canaries(signals)["client_requests_sent"] else 0) or waiting > 0:
+        return False, ""
+    counted, printed, still = _work_counts(signals)
+    moved = counted + printed
+    if signals.window.kind == "snapshot" and counted and not printed:
+        # one page counts since the server started: whether before this moment or just now, it cannot say
+        return None, (
+            f"nothing ran or waited at the one moment judged, but {' and '.join(counted)} since the server "
+            "started: one moment cannot tell an idle server from one between requests"
+        )
+    if moved:
+        return False, (
+            f"the running and waiting gauges read 0 in every reading, yet the counts show {' and '.join(moved)}: the "
+            "requests came and went between readings (or the gauges missed them); judged from the counts"
+        )
+    if still:
+        return True, ""
+    return None, (
+        "nothing ran or waited at any reading, but no finished-request count, token count or latency histogram is "
+        "available to show that nothing was served between the readings"
     )
 
 
-def _confidence(
-    bottleneck: Bottleneck, findings: list[Finding], primary: Finding | None, signals: SignalSet
-) -> tuple[float, list[str]]:
+def alone(finding: Finding) -> float:
+    """Where a finding starts as the verdict: by its severity, less for a preview rule."""
+    return ALONE[finding.severity] * (PREVIEW_WEIGHT if is_preview(finding) else 1.0)
+
+
+def _class_score(choice: Choice) -> tuple[float, list[str]]:
+    """The verdict's class on the findings alone: its primary, independent support, symptoms and rivals."""
+    primary = choice.primary
+    assert primary is not None
+    notes: list[str] = []
+    score = alone(primary)
+    same = [f for f in choice.findings if f.category is primary.category and not f.advisory]
+    # CMP003/CMP004 read CMP001's inter-token mean again: a second finding counts only on a signal of its own
+    ladders = {f.evidence[0].signal if f.evidence else f.code for f in same}
+    if len(ladders) > 1:
+        score += SECOND_SIGNAL_BONUS
+    for symptom, cause in choice.symptoms:
+        notes.append(
+            f"{symptom.code} ({symptom.category.value}) beside a stall: a symptom of the hang, not a limit"
+            if cause == STALL
+            else f"{symptom.code} ({symptom.category.value}) is a symptom of {cause}: "
+            f"{why(Category(cause), symptom.category)}"
+        )
+    if choice.rivals:
+        strongest = max(choice.rivals, key=lambda f: f.severity.rank)
+        score -= RIVAL_PENALTY[strongest.severity.rank >= primary.severity.rank]
+        notes.append(
+            f"{strongest.code} ({strongest.category.value}, {strongest.severity.value}) fired too, and "
+            f"{primary.category.value} does not explain it: {strongest.category.value} may share the blame"
+        )
+    preview = [f.code for f in same if is_preview(f)]
+    if is_preview(primary):
+        notes.append(
+            f"{primary.code} is a preview rule, not yet proven on field data: it weighs {PREVIEW_WEIGHT:.0%} of a "
+            "stable rule"
+        )
+    if len(preview) == len(same):
+        score = min(score, PREVIEW_ONLY_CAP)
+    return score, notes
+
+
+def confidence(bottleneck: Bottleneck, choice: Choice, signals: SignalSet) -> tuple[float, list[str]]:
+    """How far the verdict can be trusted, and the notes that say what lowered it."""
+    findings = choice.findings
     notes: list[str] = []
     core = _core_signals(signals)
     available = [n for n in core if (s := signals.get(n)) is not None and s.unavailable is None]
     coverage = len(available) / len(core)
-    if primary is not None:
-        score = 0.85 if primary.severity is Severity.critical else 0.65
-        same = [f for f in findings if f.category is primary.category]
-        others = [
-            f
-            for f in findings
-            if f.category in BOTTLENECK_CATEGORIES
-            and not f.advisory
-            and f.category is not primary.category
-            and f.severity is primary.severity
-        ]
-        rivals = [f for f in others if SYMPTOM_OF.get(f.category) is not primary.category]
-        if primary.stall:  # a stuck engine makes every capacity symptom at once: none competes with the stall
-            others = [f for f in findings if f.category in BOTTLENECK_CATEGORIES and not f.stall and not f.advisory]
-            rivals = []
-        for symptom in (f for f in others if f not in rivals):
-            notes.append(
-                f"{symptom.code} ({symptom.category.value}) beside a stall: a symptom of the hang, not a limit"
-                if primary.stall
-                else f"{symptom.code} ({symptom.category.value}) at the same severity is a symptom of the primary"
-            )
-        if len(same) > 1:
-            score += 0.05
-        if rivals:
-            score -= 0.15
-            notes.append(f"{rivals[0].code} ({rivals[0].category.value}) fired at the same severity")
+    if choice.primary is not None:
+        score, notes = _class_score(choice)
     else:
         score = {Bottleneck.idle: 0.9, Bottleneck.healthy: 0.8}.get(bottleneck, 0.3)
     score *= 0.6 + 0.4 * coverage
@@ -311,22 +383,25 @@ def _class_confidence(bottleneck: Bottleneck, confidence: float, findings: list[
         if name == bottleneck.value:
             out[name] = round(confidence, 2)
             continue
-        alone = 0.85 if finding.severity is Severity.critical else 0.65
-        score = min(alone, confidence) * RIVAL_SHARE
+        score = min(alone(finding), confidence) * RIVAL_SHARE
         if bottleneck is Bottleneck.stalled:
             score = min(score, STALL_CAPACITY_CAP)
         out[name] = round(score, 2)
     return out
 
 
-def _summary(bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet, missing: list[str]) -> str:
-    text = _class_summary(bottleneck, primary, signals, missing)
+def _summary(
+    bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet, missing: list[str], idle_why: str = ""
+) -> str:
+    text = _class_summary(bottleneck, primary, signals, missing, idle_why)
     if signals.window.kind == "snapshot":
         text += " (judged from one snapshot: gauges at one moment, no rates)"
     return text
 
 
-def _class_summary(bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet, missing: list[str]) -> str:
+def _class_summary(
+    bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet, missing: list[str], idle_why: str
+) -> str:
     if primary is not None and bottleneck is Bottleneck.stalled:
         return f"Stalled: {primary.summary}"
     if primary is not None:
@@ -386,6 +461,8 @@ def _class_summary(bottleneck: Bottleneck, primary: Finding | None, signals: Sig
             f"Unknown: {waiting:.1f} requests waiting on average{slots}, and no rule could say what holds them "
             "back; missing " + "; ".join(reasons) + "."
         )
+    if idle_why and bottleneck is Bottleneck.unknown:  # nothing ran at any reading: idle, but not shown to be
+        return f"Unknown: {idle_why}" + ("; missing " + "; ".join(reasons) if reasons else "") + "."
     return "Unknown: too little evidence to judge; missing " + "; ".join(reasons) + "."
 
 
@@ -460,40 +537,41 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
             findings.append(finding)
     _stand_ins(rules, outcomes, findings)
     # a stall first (nothing else explains a stuck engine), then what limits the server, then advisories and sanity
-    findings.sort(
-        key=lambda f: (f.stall, not f.advisory, f.severity.rank, ROOT_CAUSE_ORDER.get(f.category, -1), f.margin),
-        reverse=True,
-    )
-    classed = [f for f in findings if f.category in BOTTLENECK_CATEGORIES and not f.advisory]
-    primary = classed[0] if classed else None
+    # a stall first (nothing else explains a stuck engine), then the cause graph: see llmdiag.engine.causes
+    choice = choose(findings)
+    findings, primary = choice.findings, choice.primary
     missing, stand_in_notes = _missing_core(signals)
+    idle: bool | None = None
+    idle_why = ""
     if primary is not None and primary.stall:
         bottleneck = Bottleneck.stalled
     elif primary is not None:
         bottleneck = Bottleneck(primary.category.value)
     else:
-        idle = _is_idle(signals)
+        idle, idle_why = _idleness(signals)
         if idle:
             bottleneck = Bottleneck.idle
         elif idle is False and not missing:
             bottleneck = Bottleneck.healthy
         else:
             bottleneck = Bottleneck.unknown
-    confidence, notes = _confidence(bottleneck, findings, primary, signals)
+    score, notes = confidence(bottleneck, choice, signals)
     if bottleneck in (Bottleneck.healthy, Bottleneck.idle):
         notes = stand_in_notes + notes
-    label = "high" if confidence >= 0.75 else "medium" if confidence >= 0.5 else "low"
+    if primary is None and idle is False and idle_why:
+        notes = [idle_why, *notes]
+    label = "high" if score >= 0.75 else "medium" if score >= 0.5 else "low"
     return Verdict(
         target=target,
         bottleneck=bottleneck,
-        confidence=round(confidence, 2),
+        confidence=round(score, 2),
         confidence_label=label,
-        summary=_summary(bottleneck, primary, signals, missing),
+        summary=_summary(bottleneck, primary, signals, missing, idle_why if idle is None else ""),
         window=signals.window,
         findings=findings,
         coverage=_coverage(rules, outcomes, signals),
         experience=_experience(signals),
         signals=signals.signals,
         notes=notes + signals.anomalies,
-        class_confidence=_class_confidence(bottleneck, round(confidence, 2), findings),
+        class_confidence=_class_confidence(bottleneck, round(score, 2), findings),
     )

@@ -48,6 +48,7 @@ def test_no_traffic_is_idle_not_healthy():
         requests_running={"mean": 0, "max": 0, "min": 0, "last": 0, "p90": 0},
         generation_tokens_per_second={"rate": 0.0, "increase": 0.0},
         prompt_tokens_per_second={"rate": 0.0, "increase": 0.0},
+        requests_finished_per_second={"rate": 0.0, "increase": 0.0},
         ttft_seconds="missing",
         itl_seconds="missing",
     )
