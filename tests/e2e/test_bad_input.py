@@ -434,11 +434,19 @@ def test_server_restart_mid_scan_is_not_an_error():
     with ScriptedServer(responder) as server:
         result = scan(server.url, "--json")
     assert "Traceback" not in result.stdout + result.stderr
+    assert not [line for line in result.stderr.splitlines() if line.startswith(("ERROR:", "HINT:"))], result.stderr
     assert result.returncode in (0, 1), result.stderr
     verdict = json.loads(result.stdout)
     codes = {f["code"] for f in verdict["findings"]}
     notes = " ".join(verdict["notes"])
-    assert "SAN002" in codes or "restart" in notes, (codes, notes)
+    assert "SAN002" in codes and "restart" in notes, (codes, notes)
+    # the window counts what the restarted process made (6 requests of 16 tokens, 24 prompt tokens, one TTFT each),
+    # never the old process's 500 requests nor a negative step
+    stats = {name: verdict["signals"][name]["stats"] for name in ("generation_tokens_per_second", "ttft_seconds")}
+    stats["prompt"] = verdict["signals"]["prompt_tokens_per_second"]["stats"]
+    assert stats["generation_tokens_per_second"]["increase"] == 6 * 16, stats
+    assert stats["prompt"]["increase"] == 6 * 24, stats
+    assert stats["ttft_seconds"]["count"] == 6, stats
 
 
 # ---------------------------------------------------------------------------------------------
