@@ -113,10 +113,17 @@ def test_imbalance_findings_name_the_replicas_with_their_numbers(fleet: Fleet, s
     peers = sorted(v for k, v in rates.items() if k != router.replica)
     expected = rates[router.replica] / peers[len(peers) // 2]  # the upper median of the three others
     assert router.finding.evidence[0].value == pytest.approx(expected, rel=1e-3)
-    assert router.finding.evidence[0].value >= 2.5 and router.finding.severity.value == "critical"
+    # the rates the rule compared are each replica's own verdict's
+    by_name = {t.name: t for t in report.targets}
+    assert rates == pytest.approx({name: by_name[name].numbers.request_rate_per_second for name in rates}, rel=1e-9)
+    assert router.finding.severity.value == "critical"
     worse = found["SCH009"]
     assert worse.replica == fleet.name(fleet.memory)
-    assert worse.finding.evidence[0].value >= 10
+    # the slowest replica's TTFT p90 over the upper median of the others', from each replica's own verdict
+    ttft = {name: by_name[name].numbers.ttft_p90_seconds for name in worse.values}
+    assert worse.values == pytest.approx(ttft, rel=1e-9)
+    others = sorted(v for k, v in ttft.items() if k != worse.replica)
+    assert worse.finding.evidence[0].value == pytest.approx(ttft[worse.replica] / others[len(others) // 2], rel=1e-3)
     # worst first: the two replicas the fleet rules name come before the unreachable one and the quiet healthy ones
     order = [t.name for t in report.targets]
     assert set(order[:2]) == {fleet.name(fleet.memory), fleet.name(fleet.busy)}

@@ -1,5 +1,6 @@
-"""GPU telemetry end to end through the CLI: no driver here (the real nvidia-ml-py says so), and NVML recordings
-of real devices replayed at the pynvml boundary with --nvml-replay, beside a real local HTTP server."""
+"""GPU telemetry end to end through the CLI: no driver here (the real nvidia-ml-py says so), and NVML answers
+replayed at the pynvml boundary with --nvml-replay, beside a real local HTTP server. The replayed files
+(tests/fixtures/nvml) are hand-assembled in the recording format, not recorded from a device: see their README."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def test_no_nvml_flag_leaves_nvml_out_entirely():
     assert "nvml" not in [p["probe"] for p in verdict["coverage"]["probes"]]
 
 
-def test_an_h100_recording_feeds_the_gpu_signals_and_the_network_class():
+def test_an_h100_replay_feeds_the_gpu_signals_and_the_network_class():
     with ScriptedServer(growing_vllm) as server:
         verdict = scan_json(server.url, "--nvml-replay", str(FIXTURES / "h100-sxm-tp2-decode.json"))
     [nvml] = [p for p in verdict["coverage"]["probes"] if p["probe"] == "nvml"]
@@ -56,7 +57,7 @@ def test_an_h100_recording_feeds_the_gpu_signals_and_the_network_class():
     assert network["evaluated"] is True
 
 
-def test_a_consumer_recording_shows_unsupported_signals_as_unavailable():
+def test_a_consumer_gpu_replay_shows_unsupported_signals_as_unavailable():
     with ScriptedServer(growing_vllm) as server:
         verdict = scan_json(server.url, "--nvml-replay", str(FIXTURES / "rtx4090-x2-pcie-power-capped.json"))
     ecc = verdict["signals"]["ecc_uncorrected_errors_per_second"]

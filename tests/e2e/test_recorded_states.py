@@ -1,11 +1,18 @@
 """Real vLLM 0.32 /metrics pages recorded in five states (tests/fixtures/vllm-0.32.0, see its README):
-each must give its class and the evidence numbers, from saved dumps and from a live scan replaying them."""
+each must give its class and the evidence numbers, from saved dumps and from a live scan replaying them.
+
+The evidence is checked against numbers this file computes from the recordings themselves, read with
+prometheus_client's parser (not llmdiag's), and against the load and server settings in each state's meta.json:
+a rule's threshold is never the expectation."""
 
 from __future__ import annotations
 
 import json
+import re
+import statistics
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from llmdiag.api import diagnose_files
 from llmdiag.model.report import SCHEMA_VERSION
@@ -13,6 +20,7 @@ from tests.conftest import FIXTURES, run_cli
 from tests.support.httpserver import ReplayResponder, ScriptedServer
 
 STATES = FIXTURES / "vllm-0.32.0"
+SAME = 1e-9  # the same numbers by another road: only float rounding apart
 
 
 def dumps(state: str):
@@ -24,32 +32,112 @@ def evidence(verdict, code: str) -> dict[str, float | None]:
     return {e.signal: e.value for e in finding.evidence}
 
 
+class Recorded:
+    """One state's dumps read independently of llmdiag: window deltas between the first and last scrape, gauge
+    readings per scrape, and the state's meta.json (the load the recorder drove, the server's arguments)."""
+
+    def __init__(self, state: str) -> None:
+        self.scrapes: list[tuple[float, dict[str, list[tuple[dict[str, str], float]]]]] = []
+        for path in dumps(state):
+            text = path.read_text()
+            at = re.search(r"^# llmdiag-scraped-at: ([0-9.]+)$", text, re.M)
+            assert at, path
+            samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+            for family in text_string_to_metric_families(text):
+                for s in family.samples:
+                    samples.setdefault(s.name, []).append((s.labels, s.value))
+            self.scrapes.append((float(at.group(1)), samples))
+        self.meta = json.loads((STATES / state / "meta.json").read_text())
+        self.window_seconds = self.scrapes[-1][0] - self.scrapes[0][0]
+
+    @staticmethod
+    def _total(samples: dict, name: str, **labels: str) -> float:
+        return sum(v for lab, v in samples.get(name, []) if all(lab.get(k) == w for k, w in labels.items()))
+
+    def delta(self, name: str, **labels: str) -> float:
+        return self._total(self.scrapes[-1][1], name, **labels) - self._total(self.scrapes[0][1], name, **labels)
+
+    def rate(self, name: str) -> float:
+        return self.delta(name) / self.window_seconds
+
+    def gauge(self, name: str) -> list[float]:
+        return [self._total(samples, name) for _, samples in self.scrapes]
+
+    def mean(self, histogram: str) -> float:
+        """The window's mean observation: Δsum / Δcount."""
+        return self.delta(f"{histogram}_sum") / self.delta(f"{histogram}_count")
+
+    def time_average(self, histogram: str, gauge: str) -> float:
+        """Requests in a stage on average: the larger of Little's law (seconds spent in it per second) and the
+        gauge's mean (signals.toml's definition of requests_waiting_avg and requests_running_avg)."""
+        return max(self.delta(f"{histogram}_sum") / self.window_seconds, statistics.mean(self.gauge(gauge)))
+
+    def median_bucket(self, histogram: str) -> tuple[float, float]:
+        """The (lower, upper] bucket bounds that hold the window's median observation."""
+        first, last = self.scrapes[0][1], self.scrapes[-1][1]
+        bounds = sorted({float(lab["le"]) for lab, _ in last[f"{histogram}_bucket"]})
+        cumulative = [(le, self._total(last, f"{histogram}_bucket", le=_le(le))) for le in bounds]
+        cumulative = [(le, n - self._total(first, f"{histogram}_bucket", le=_le(le))) for le, n in cumulative]
+        half = cumulative[-1][1] / 2
+        i = next(i for i, (_, n) in enumerate(cumulative) if n >= half)
+        return (cumulative[i - 1][0] if i else 0.0), cumulative[i][0]
+
+    def server_arg(self, flag: str) -> float:
+        args = self.meta["server_args"]
+        return float(args[args.index(flag) + 1])
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(bound)
+
+
 def test_idle():
+    rec = Recorded("idle")
     verdict = diagnose_files(dumps("idle"))
     assert verdict.bottleneck.value == "idle"
     assert verdict.findings == []
+    # the recordings show no token made and no request running in the window
+    assert rec.delta("vllm:generation_tokens_total") == 0 and set(rec.gauge("vllm:num_requests_running")) == {0}
     assert verdict.signals["generation_tokens_per_second"].stats["increase"] == 0
 
 
 def test_healthy():
+    rec = Recorded("healthy")
     verdict = diagnose_files(dumps("healthy"))
     assert verdict.bottleneck.value == "healthy"
     assert {f.category.value for f in verdict.findings} <= {"sanity"}
-    assert verdict.signals["generation_tokens_per_second"].stats["rate"] > 100
-    assert verdict.signals["requests_waiting_avg"].stats["value"] < 0.5
-    # 4 closed-loop users: between 1 and 4 in the batch on average
-    assert 1 <= verdict.signals["requests_running_avg"].stats["value"] <= 4
+    signals = verdict.signals
+    assert signals["generation_tokens_per_second"].stats["rate"] == pytest.approx(
+        rec.rate("vllm:generation_tokens_total"), rel=SAME
+    )
+    assert signals["requests_waiting_avg"].stats["value"] == pytest.approx(
+        rec.time_average("vllm:request_queue_time_seconds", "vllm:num_requests_waiting"), rel=SAME
+    )
+    running = signals["requests_running_avg"].stats["value"]
+    assert running == pytest.approx(
+        rec.time_average("vllm:request_inference_time_seconds", "vllm:num_requests_running"), rel=SAME
+    )
+    # 4 closed-loop users and nothing waits: all 4 are in the batch
+    assert running == pytest.approx(rec.meta["load"]["users"], rel=0.05)
 
 
 def test_max_num_seqs_2_is_scheduling():
+    rec = Recorded("scheduling")
     verdict = diagnose_files(dumps("scheduling"))
     assert verdict.bottleneck.value == "scheduling"
     assert verdict.findings[0].code == "SCH001"
     numbers = evidence(verdict, "SCH001")
-    assert numbers["requests_waiting_avg"] > 4  # critical threshold
-    assert numbers["requests_running_avg"] <= 3  # the --max-num-seqs cap of 2, plus edge effects
-    assert numbers["preemptions_per_second"] == 0
-    assert evidence(verdict, "SCH002")["queue_share_of_ttft_ratio"] > 0.8
+    waiting = rec.time_average("vllm:request_queue_time_seconds", "vllm:num_requests_waiting")
+    running = rec.time_average("vllm:request_inference_time_seconds", "vllm:num_requests_running")
+    assert numbers["requests_waiting_avg"] == pytest.approx(waiting, rel=SAME)
+    assert numbers["requests_running_avg"] == pytest.approx(running, rel=SAME)
+    # the load and the cap: --max-num-seqs 2 run, the other 30 of the 32 users wait
+    cap = rec.server_arg("--max-num-seqs")
+    assert numbers["requests_running_avg"] == pytest.approx(cap, rel=0.05)
+    assert numbers["requests_waiting_avg"] == pytest.approx(rec.meta["load"]["users"] - cap, rel=0.1)
+    assert rec.delta("vllm:num_preemptions_total") == 0 and numbers["preemptions_per_second"] == 0
+    queue_share = rec.mean("vllm:request_queue_time_seconds") / rec.mean("vllm:time_to_first_token_seconds")
+    assert evidence(verdict, "SCH002")["queue_share_of_ttft_ratio"] == pytest.approx(queue_share, rel=SAME)
     # the capacity question: a user who joins the queue gets far less than a running request does
     exp = verdict.experience
     users = exp.requests_running_mean + exp.requests_waiting_mean
@@ -58,46 +146,81 @@ def test_max_num_seqs_2_is_scheduling():
 
 
 def test_kv_starved_is_memory():
+    rec = Recorded("memory")
     verdict = diagnose_files(dumps("memory"))
     assert verdict.bottleneck.value == "memory"
     assert verdict.findings[0].code == "MEM001"
     numbers = evidence(verdict, "MEM001")
-    assert numbers["preemptions_per_second"] > 0
-    assert numbers["preemptions_per_finished_request"] >= 0.2
-    assert numbers["requests_waiting_avg"] > 10
-    assert numbers["kv_cache_usage_ratio"] >= 0.6
+    preempted = rec.delta("vllm:num_preemptions_total")
+    assert preempted > 0  # the recording shows requests preempted in the window
+    assert numbers["preemptions_per_second"] == pytest.approx(preempted / rec.window_seconds, rel=SAME)
+    finished = rec.delta("vllm:request_success_total")
+    assert numbers["preemptions_per_finished_request"] == pytest.approx(preempted / finished, rel=SAME)
+    waiting = rec.time_average("vllm:request_queue_time_seconds", "vllm:num_requests_waiting")
+    assert numbers["requests_waiting_avg"] == pytest.approx(waiting, rel=SAME)
+    assert numbers["kv_cache_usage_ratio"] == max(rec.gauge("vllm:kv_cache_usage_perc"))
+    # the KV cache the server was given: --kv-cache-memory-bytes 2 MiB, which vLLM made into 16 blocks
+    [(config, _)] = rec.scrapes[-1][1]["vllm:cache_config_info"]
+    assert numbers["kv_cache_blocks"] == float(config["num_gpu_blocks"]) == 16
+    # 32 closed-loop users, nearly all of them queued behind a batch the KV cache keeps at about 2
+    in_system = numbers["requests_waiting_avg"] + numbers["requests_running_avg"]
+    assert in_system == pytest.approx(rec.meta["load"]["users"], rel=0.1)
     assert not any(f.category.value in ("scheduling", "compute") for f in verdict.findings)
 
 
 def test_queue_cap_is_scheduling_with_rejections():
+    rec = Recorded("admission")
     verdict = diagnose_files(dumps("admission"))
     assert verdict.bottleneck.value == "scheduling"
     numbers = evidence(verdict, "SCH004")
-    assert numbers["admission_rejections_per_second"] > 1
+    rejected = rec.delta("vllm:admission_rejections_total", reason="max_num_queued_reqs")
+    assert rejected > 0
+    assert numbers["admission_rejections_per_second"] == pytest.approx(rejected / rec.window_seconds, rel=SAME)
+    # every rejection is an HTTP 503 the load generator saw (it counted over the whole run, the window included)
+    assert rejected <= rec.meta["loadgen"]["http_errors"]["503"]
+    # --max-num-queued-reqs 8 bounds the queue the evidence reports
+    assert numbers["requests_waiting_avg"] <= rec.server_arg("--max-num-queued-reqs")
 
 
 def test_139m_model_is_compute():
+    rec = Recorded("compute")
     verdict = diagnose_files(dumps("compute"))
     assert verdict.bottleneck.value == "compute"
     assert verdict.findings[0].category.value == "compute"
     prefill = evidence(verdict, "CMP002")
-    assert prefill["prefill_time_seconds"] >= 0.5
-    assert prefill["prefill_share_of_ttft_ratio"] >= 0.5
+    low, high = rec.median_bucket("vllm:request_prefill_time_seconds")
+    assert low < prefill["prefill_time_seconds"] <= high
+    prefill_share = rec.mean("vllm:request_prefill_time_seconds") / rec.mean("vllm:time_to_first_token_seconds")
+    assert prefill["prefill_share_of_ttft_ratio"] == pytest.approx(prefill_share, rel=SAME)
+    assert prefill["prompt_tokens_per_second"] == pytest.approx(rec.rate("vllm:prompt_tokens_total"), rel=SAME)
     cmp001 = next(f for f in verdict.findings if f.code == "CMP001")
     ladder = cmp001.evidence[0]
     assert (ladder.signal, ladder.stat) == ("itl_seconds", "mean")
-    assert ladder.value >= 0.05  # mean time per output token: under 20 tokens/s per user
-    assert evidence(verdict, "CMP001")["preemptions_per_second"] == 0
+    # mean time per output token in the window, from the histogram's own sum and count
+    assert ladder.value == pytest.approx(rec.mean("vllm:inter_token_latency_seconds"), rel=SAME)
+    numbers = evidence(verdict, "CMP001")
+    assert numbers["generation_tokens_per_second"] == pytest.approx(rec.rate("vllm:generation_tokens_total"), rel=SAME)
+    assert rec.delta("vllm:num_preemptions_total") == 0 and numbers["preemptions_per_second"] == 0
+    # 16 closed-loop users with room in the KV cache: about 16 in the system
+    in_system = (
+        verdict.signals["requests_waiting_avg"].stats["value"] + verdict.signals["requests_running_avg"].stats["value"]
+    )
+    assert in_system == pytest.approx(rec.meta["load"]["users"], rel=0.15)
 
 
 def test_gauges_sampled_at_the_wrong_moments_are_called_out_and_not_believed():
     # recorded while the scraper was starved: every gauge read 0, the request timings did not lie
+    rec = Recorded("scheduling-starved")
     verdict = diagnose_files(dumps("scheduling-starved"))
+    assert set(rec.gauge("vllm:num_requests_waiting")) == {0} == set(rec.gauge("vllm:num_requests_running"))
     assert verdict.signals["requests_waiting"].stats["max"] == 0
     assert verdict.bottleneck.value == "scheduling"
-    assert evidence(verdict, "SCH001")["requests_waiting_avg"] > 4
+    # the queue comes from the queue times (Little's law), not from the gauge that read 0
+    queued = rec.delta("vllm:request_queue_time_seconds_sum") / rec.window_seconds
+    assert evidence(verdict, "SCH001")["requests_waiting_avg"] == pytest.approx(queued, rel=SAME)
     san = next(f for f in verdict.findings if f.code == "SAN004")
-    assert san.evidence[0].value == 1.0  # the running gauge read 0 in every scrape
+    zero_share = sum(v == 0 for v in rec.gauge("vllm:num_requests_running")) / len(rec.scrapes)
+    assert san.evidence[0].value == zero_share == 1.0  # the running gauge read 0 in every scrape
 
 
 def test_single_dump_uses_lifetime_averages_and_says_so():

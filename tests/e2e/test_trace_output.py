@@ -11,10 +11,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT, run_cli
+from tests.support.required import SHARED_TRACES as TRACES
+from tests.support.required import require_traces
 
-TRACES = REPO_ROOT.parent / "shared" / "traces"
 DLRM = TRACES / "param-dlrm-8rank"
-pytestmark = pytest.mark.skipif(not DLRM.is_dir(), reason="../shared/traces is not here")
+
+
+@pytest.fixture(autouse=True)
+def _shared_traces() -> None:
+    require_traces(DLRM)
+
+
 RUN_DEPENDENT = ("parse_seconds",)  # the only field that differs between two runs on the same files
 
 

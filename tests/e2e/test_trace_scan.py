@@ -12,16 +12,17 @@ import pytest
 from llmdiag.sim.load import ClosedLoopLoad
 from llmdiag.sim.presets import get_preset
 from llmdiag.sim.server import SimServer
-from tests.conftest import REPO_ROOT, run_cli
+from tests.conftest import run_cli
+from tests.support.required import SHARED_TRACES as TRACES
+from tests.support.required import require_traces
 
-TRACES = REPO_ROOT.parent / "shared" / "traces"
 DLRM = TRACES / "param-dlrm-8rank"
 TRACE_SOURCE = "torch profiler trace"
 NET_FROM_TRACES = {"NET006", "NET007", "NET008", "NET009"}
 
 
-@pytest.mark.skipif(not DLRM.is_dir(), reason="../shared/traces is not here")
 def test_scan_with_a_trace_carries_its_signals_and_findings():
+    require_traces(DLRM)
     alone = run_cli("trace", str(DLRM), "--json")
     assert alone.returncode == 1, alone.stderr  # critical NET findings on this set
     trace_report = json.loads(alone.stdout)

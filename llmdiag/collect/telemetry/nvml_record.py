@@ -3,7 +3,8 @@
 ``RecordingNvml`` wraps the real ``pynvml`` module and keeps every answer, value or NVML error code, per GPU and
 call, in order. ``ReplayNvml`` stands in for ``pynvml`` with such a recording: the same function names, the same
 return shapes (attributes for structs), the same ``NVMLError`` codes. The sampler cannot tell the difference,
-which is the point: tests and bug reports replay real devices at the library boundary.
+which is the point: a bug report's recording replays a real device at the library boundary (the test
+fixtures in tests/fixtures/nvml are hand-assembled in this format, not recorded).
 
 A recording (JSON)::
 

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.required import SHARED_TRACES
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
-SHARED_TRACES = REPO_ROOT.parent / "shared" / "traces"
 DATA = Path(__file__).resolve().parent / "data"
 
 # a dump without '# llmdiag-scraped-at' is timed by its mtime, which a fresh clone sets to the clone's time: the

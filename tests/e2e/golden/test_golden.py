@@ -10,7 +10,7 @@ import pytest
 
 from tests.e2e.golden.cases import FIXTURES, SHARED_TRACES, all_cases, golden_path, pinned_fixtures, run_in_process
 from tests.e2e.golden.static import EXAMPLES, RULE_DOCS, RULES_LIST, example_report, rule_docs, rules_list
-from tests.support.required import require_tool
+from tests.support.required import require_traces
 
 REGENERATE = "an intended change regenerates the set: python -m tests.e2e.golden.record"
 
@@ -24,7 +24,7 @@ CASES = all_cases(FIXTURES)  # the names; each case runs on the pinned copy
 
 
 def test_the_set_covers_every_trace_set():
-    require_tool(None if SHARED_TRACES.is_dir() else f"no trace sets at {SHARED_TRACES}", "LLMDIAG_TRACE_TESTS")
+    require_traces(SHARED_TRACES)
     assert sum(1 for c in CASES if c.name.startswith("trace/")) >= 2 * 9
 
 

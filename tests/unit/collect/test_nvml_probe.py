@@ -1,7 +1,9 @@
-"""The NVML probe, against the real nvidia-ml-py here (no driver) and recordings replayed at the pynvml boundary.
+"""The NVML probe, against the real nvidia-ml-py here (no driver) and NVML answers replayed at the pynvml boundary.
 
-The recordings (tests/fixtures/nvml) hold an H100 node and a consumer RTX 4090 pair with NVML's own return codes;
-``ReplayNvml`` answers the same calls the real module would, raising the real ``pynvml.NVMLError`` subclasses.
+The replayed files (tests/fixtures/nvml, in the format ``bench/gpu_check.py --record`` writes) are hand-assembled,
+not recorded from a device (this project has no GPU): an H100 node and a consumer RTX 4090 pair with NVML's own
+return codes. ``ReplayNvml`` answers the same calls the real module would, raising the real ``pynvml.NVMLError``
+subclasses.
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ def test_a_driver_that_sees_no_gpu_says_where_to_look():
 # a datacenter GPU: everything supported
 
 
-def test_h100_recording_opens_as_a_source_with_its_devices():
+def test_the_h100_file_opens_as_a_source_with_its_devices():
     opened = open_nvml_source(ReplayNvml(recording(H100)))
     assert isinstance(opened, Source)
     assert opened.details["gpus"] == "2 × NVIDIA H100 80GB HBM3" and opened.details["driver"] == "550.54.15"

@@ -18,17 +18,21 @@ import llmdiag.collect.trace.analysis as engine
 import llmdiag.collect.trace.reader as tt
 from llmdiag.api import analyze_traces
 from llmdiag.collect.trace.analysis import classifier
-from tests.conftest import REPO_ROOT
+from tests.support.required import SHARED_TRACES as TRACES
+from tests.support.required import require_traces
 
-TRACES = REPO_ROOT.parent / "shared" / "traces"
-pytestmark = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces is not here")
 DLRM = TRACES / "param-dlrm-8rank"
 FIXTURES = [
-    next(DLRM.glob("worker0_*.json.gz")),
+    next(DLRM.glob("worker0_*.json.gz"), DLRM / "worker0_*.json.gz"),  # the pattern itself where DLRM is absent
     TRACES / "single/tracelens-mi300x-8gpu-rank0-rccl/resnet_act_checkpoint.json.gz",
     TRACES / "single/tracelens-b200-vllm-tp8-rank0/eager_trace.json.gz",
 ]
 SMALL_CHUNKS = [97, 300, 4093]  # odd sizes, so the cuts wander through every part of the events
+
+
+@pytest.fixture(autouse=True)
+def _shared_traces() -> None:
+    require_traces(TRACES)
 
 
 def _compact(t: tt.RankTrace) -> dict:
