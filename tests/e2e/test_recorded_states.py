@@ -201,11 +201,14 @@ def test_139m_model_is_compute():
     numbers = evidence(verdict, "CMP001")
     assert numbers["generation_tokens_per_second"] == pytest.approx(rec.rate("vllm:generation_tokens_total"), rel=SAME)
     assert rec.delta("vllm:num_preemptions_total") == 0 and numbers["preemptions_per_second"] == 0
-    # 16 closed-loop users with room in the KV cache: about 16 in the system
+    # 16 closed-loop users with room in the KV cache: never more than the 16 in the system (a closed loop has no
+    # more requests to send), and at least the batch the server's own gauge showed (each user is also between
+    # requests for a moment: the stream's end, the next request's HTTP)
     in_system = (
         verdict.signals["requests_waiting_avg"].stats["value"] + verdict.signals["requests_running_avg"].stats["value"]
     )
-    assert in_system == pytest.approx(rec.meta["load"]["users"], rel=0.15)
+    gauge_batch = statistics.mean(rec.gauge("vllm:num_requests_running"))
+    assert gauge_batch <= in_system <= rec.meta["load"]["users"]
 
 
 def test_gauges_sampled_at_the_wrong_moments_are_called_out_and_not_believed():
