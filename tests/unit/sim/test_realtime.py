@@ -241,3 +241,25 @@ def test_the_simulator_s_stats_settle_the_engine_first_and_report_the_lag(monkey
     assert request.finished and (stats["steps"], stats["running"], stats["generation_tokens"]) == (1, 0, 1)
     assert stats["lag_seconds"] == pytest.approx(1.0 - realtime.LAG_TOLERANCE_SECONDS)
     assert stats["clock_seconds"] + stats["lag_seconds"] == pytest.approx(stats["real_seconds"])
+
+
+def test_a_live_test_s_run_on_a_starved_simulator_is_repeated_once_then_judged(monkeypatch):
+    """tests.support.simlag: a run whose simulator clock stood still over half of it runs again, once."""
+    from tests.support import simlag
+
+    class Sim:
+        def __init__(self, lags: list[float]) -> None:
+            self.readings = iter([{"real_seconds": 10.0 * i, "lag_seconds": lag} for i, lag in enumerate(lags)])
+
+        def snapshot(self) -> dict[str, float]:
+            return next(self.readings)
+
+    runs: list[tuple[str, ...]] = []
+    monkeypatch.setattr(simlag, "run_cli", lambda *args, timeout: runs.append(args) or len(runs))
+    resets: list[int] = []
+    # 8 s of 10 stood still, then 9 of 10: run twice, the second judged whatever its lag
+    with pytest.warns(UserWarning, match="stood still 80% of the run"):
+        second = simlag.run_cli_on_sim(Sim([0.0, 8.0, 8.0, 17.0]), "scan", before_each=lambda: resets.append(1))  # type: ignore[arg-type]
+    assert (second, runs, resets) == (2, [("scan",), ("scan",)], [1, 1])
+    runs.clear()
+    assert simlag.run_cli_on_sim(Sim([0.0, 5.0]), "scan") == 1 and runs == [("scan",)]  # half: judged
