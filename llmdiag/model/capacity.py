@@ -143,7 +143,7 @@ class SimulatedCapacity(BaseModel):
     wall_seconds: float
     warmup_seconds: float
     measured_seconds: float  # simulated seconds in the measured window
-    lag_seconds: float  # how far the host fell behind the physics over the whole run (0: kept up)
+    lag_seconds: float  # how long the simulated clock stood still for a late host over the run (0: kept up)
     requests_completed: int
     steps: int  # engine steps in the measured window
     mean_batch_sequences: float  # running sequences, time-averaged over the window

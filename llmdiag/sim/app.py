@@ -7,7 +7,8 @@ simulator's own pages.
                                   with ``dialect=`` another server's pages instead of /metrics and /version
                                   (``llmdiag.sim.dialects``: SGLang, TGI, llama.cpp, TensorRT-LLM ...), rendered
                                   from the same engine; the OpenAI routes below are served in every dialect
-    GET  /sim/stats               the simulator's own numbers (steps, lag behind real time, KV blocks) as JSON
+    GET  /sim/stats               the simulator's own numbers (steps, KV blocks, how long its clock stood still
+                                  behind real time: ``lag_seconds`` of ``real_seconds``) as JSON
     GET  /sim/timings             with ``record_timings``: when each request arrived and each SSE event was written,
                                   keyed by the client's X-Request-Id (``?clear=1`` empties it; ``llmdiag.sim.timings``)
     POST /v1/completions  /v1/chat/completions
@@ -119,6 +120,7 @@ class SimApp:
 
     def _page(self, path: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handle(request: web.Request) -> web.Response:
+            self.runner.settle()  # a late runner must not show a queue the engine does not have at this time
             return await _page_handler(self.pages[path])(request)  # looked up per request: ``switch`` rebuilds them
 
         return handle
@@ -146,6 +148,7 @@ class SimApp:
     # --- plain endpoints ------------------------------------------------------------------------------
 
     async def dcgm_metrics(self, request: web.Request) -> web.Response:
+        self.runner.settle()
         return web.Response(body=render(self.dcgm_registry), headers={"Content-Type": CONTENT_TYPE})
 
     async def health(self, request: web.Request) -> web.Response:
@@ -198,9 +201,13 @@ class SimApp:
         )
 
     def snapshot(self) -> dict[str, Any]:
+        """The engine's state at the simulated clock; ``lag_seconds`` of the ``real_seconds`` since the start the
+        clock stood still because the host was late (``llmdiag.sim.realtime``)."""
+        self.runner.settle()
         engine, stats = self.engine, self.engine.stats
         return {
             "clock_seconds": self.runner.clock(),
+            "real_seconds": self.runner.real_seconds(),
             "lag_seconds": self.runner.lag_seconds,
             "steps": stats.steps,
             "busy_seconds": stats.step_seconds,
@@ -279,6 +286,7 @@ class SimApp:
         except BadRequest as exc:
             self.http.add(handler, "POST", 400)
             return error_response(400, str(exc))
+        self.runner.settle()  # stamped in simulated time, after the steps that have ended by now
         sim = SimRequest(f"{next(self._ids):x}", prompt, output, self.runner.clock(), reason, max_tokens)
         try:
             self.engine.add_request(sim)

@@ -19,6 +19,7 @@ from llmdiag.sim.load import ClosedLoopLoad
 from llmdiag.sim.presets import get_preset
 from llmdiag.sim.server import SimServer
 from tests.conftest import run_cli
+from tests.support.simlag import run_cli_on_sim
 
 NAGIOS_CODES = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
 WINDOW = ("--duration", "3", "--timeout", "2", "--no-nvml")
@@ -250,28 +251,33 @@ def test_a_muted_finding_does_not_count(memory: LoadedSim, tmp_path: Path):
 def test_a_regression_against_the_history_is_a_finding(healthy: LoadedSim, tmp_path: Path):
     """Five past checks at this target with a TTFT p95 of 1 ms: today's ~20 ms is far past 3× that."""
     db = tmp_path / "h.sqlite"
-    history = History.open(db)
     name = healthy.server.url.split("//", 1)[1]
-    now = time.time()
-    history.record(
-        [
-            CheckRow(
-                at_unix=now - 3600 * (i + 1),
-                target=name,
-                url=healthy.server.url,
-                state="OK",
-                bottleneck="healthy",
-                ttft_p95_seconds=0.001,
-                generation_tokens_per_second=100.0,
-                requests_running_mean=30.0,
-            )
-            for i in range(5)
-        ]
-    )
-    history.record(
-        [CheckRow(at_unix=now - 60, target=name, url="", state="OK", bottleneck="idle", ttft_p95_seconds=0.0001)]
-    )  # idle: not in the baseline
-    result = run_cli("check", *healthy.args(), *WINDOW, "--history", str(db))
+
+    def seed() -> None:  # afresh before each run: a run on a starved host is repeated once, with the same history
+        db.unlink(missing_ok=True)
+        now = time.time()
+        history = History.open(db)
+        history.record(
+            [
+                CheckRow(
+                    at_unix=now - 3600 * (i + 1),
+                    target=name,
+                    url=healthy.server.url,
+                    state="OK",
+                    bottleneck="healthy",
+                    ttft_p95_seconds=0.001,
+                    generation_tokens_per_second=100.0,
+                    requests_running_mean=30.0,
+                )
+                for i in range(5)
+            ]
+        )
+        history.record(
+            [CheckRow(at_unix=now - 60, target=name, url="", state="OK", bottleneck="idle", ttft_p95_seconds=0.0001)]
+        )  # idle: not in the baseline
+
+    result = run_cli_on_sim(healthy.server, "check", *healthy.args(), *WINDOW, "--history", str(db), before_each=seed)
+    history = History.open(db)
     assert result.returncode == 2, result.stdout + result.stderr
     first = result.stdout.splitlines()[0]
     assert first.startswith("LLMDIAG CRITICAL - healthy: TTFT p95 ") and "(REG001)" in first

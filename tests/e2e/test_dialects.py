@@ -26,6 +26,7 @@ from llmdiag.sim.presets import get_preset
 from llmdiag.sim.server import SimServer
 from tests.conftest import FIXTURES, run_cli
 from tests.support.httpserver import Reply, ScriptedServer
+from tests.support.simlag import run_cli_on_sim
 
 SCAN_SECONDS = "5"
 WARMUP_SECONDS = 2.0
@@ -33,11 +34,11 @@ WARMUP_SECONDS = 2.0
 
 def scan_dialect(dialect: str, preset_name: str, *extra: str) -> dict:
     preset = get_preset(preset_name)
-    with SimServer(preset, dialect=dialect) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=60):
+    # the load outlasts two scans on a starved host
+    with SimServer(preset, dialect=dialect) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=150):
         time.sleep(WARMUP_SECONDS)
-        result = run_cli(
-            "scan", sim.url, "--no-nvml", "--duration", SCAN_SECONDS, "--json", "--fail-on", "never", *extra, timeout=90
-        )
+        scan = ("scan", sim.url, "--no-nvml", "--duration", SCAN_SECONDS, "--json", "--fail-on", "never", *extra)
+        result = run_cli_on_sim(sim, *scan, timeout=90)  # once more if a starved host stopped the simulator's clock
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -153,9 +154,10 @@ def test_network_preset_is_network_with_the_gpu_page(dialect):
     """The network state shows on the GPUs (busy but idle SMs, NVLink/PCIe traffic): with the simulator's DCGM page
     every dialect names it; llama.cpp's tokens, counted only as requests end, are no reason to call it stalled."""
     preset = get_preset("network")
-    with SimServer(preset, dialect=dialect) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=60):
+    with SimServer(preset, dialect=dialect) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=150):
         time.sleep(WARMUP_SECONDS)
-        result = run_cli(
+        result = run_cli_on_sim(
+            sim,
             "scan",
             sim.url,
             "--no-nvml",
