@@ -80,11 +80,15 @@ def report_fit(outcomes: Sequence[Any], held_out: Callable[[Any], bool]) -> str:
         f"fitted on {len(train)} cases (real + sim not held out); training Brier stated {brier(train):.3f}, "
         f"fitted {brier(train, lambda o: predict(weights, o.factors)):.3f}"
     )
-    if test:
-        fitted = brier(test, lambda o: predict(weights, o.factors))
-        lines.append(f"held out: {len(test)} cases; Brier stated {brier(test):.3f}, fitted {fitted:.3f}")
-        lines += ["", "| held out, fitted confidence | n | mean | accuracy |", "|---|---:|---:|---:|"]
-        for b in reliability(test, lambda o: predict(weights, o.factors)):
+    for source in sorted({o.source for o in test}):
+        part = [o for o in test if o.source == source and o.factors]
+        if not part:
+            continue
+        fitted = brier(part, lambda o: predict(weights, o.factors))
+        lines.append(f"held out, {source}: {len(part)} cases; Brier stated {brier(part):.3f}, fitted {fitted:.3f}")
+        lines += ["", f"| held out {source}, fitted confidence | n | mean | accuracy |", "|---|---:|---:|---:|"]
+        for b in reliability(part, lambda o: predict(weights, o.factors)):
             if b.n:
                 lines.append(f"| {b.low:.1f}-{b.high:.1f} | {b.n} | {b.mean_confidence:.2f} | {b.accuracy:.0%} |")
+        lines.append("")
     return "\n".join(lines) + "\n"

@@ -37,7 +37,7 @@ from llmdiag.sim.presets import PRESETS, Preset
 WALL_START = 1_800_000_000.0
 SCRAPE_INTERVAL_SECONDS = 1.0
 SCRAPE_JITTER_SECONDS = 0.05  # a scraper's timer and the page's render time
-GAUGE_NOISE = 0.05  # one standard deviation of the multiplicative noise on every gauge sample
+GAUGE_NOISE = 0.1  # one standard deviation of the multiplicative noise on a page's gauges
 WARMUP_SECONDS = 15.0  # the memory preset fills its KV pool in ~8 s of simulated time
 WINDOWS_SECONDS = (5, 10, 20)
 LOAD_LEVELS = (0.0, 0.3, 1.0, 2.0)  # × the preset's users; 0 is an idle server
@@ -131,7 +131,9 @@ def varied(preset: Preset, level: float, rng: random.Random) -> tuple[Preset, di
 
 
 class Noise:
-    """Multiplicative noise on a scrape's gauges: counts stay whole, ratios stay in [0, 1]."""
+    """Multiplicative noise on a scrape's gauges, one factor per page read (as if read a moment earlier or later
+    under a little more or less load): counts stay whole, ratios and percentages stay in range, and a gauge that
+    a probe divides by another (TGI's tokens held over its token budget) never passes its denominator."""
 
     def __init__(self, rng: random.Random, sigma: float) -> None:
         self.rng, self.sigma = rng, sigma
@@ -139,11 +141,12 @@ class Noise:
     def apply(self, scrape: Scrape) -> Scrape:
         if self.sigma <= 0:
             return scrape
+        factor = max(0.0, self.rng.gauss(1.0, self.sigma))
         for name, series in scrape.series.items():
             if scrape.types.get(name) != "gauge":
                 continue
             for key, value in series.items():
-                noisy = value * max(0.0, self.rng.gauss(1.0, self.sigma))
+                noisy = value * factor
                 if float(value).is_integer() and abs(value) >= 1:
                     noisy = float(round(noisy))
                 if 0 <= value <= 1:

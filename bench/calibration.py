@@ -14,7 +14,8 @@ Sources (each case: the class that is true, the class llmdiag named, its confide
 A verdict of ``unknown`` names no class: it is counted as an abstention, apart. A sim window whose accounting gives
 no class half the window is ``mixed`` and left out. The Brier score is one-vs-rest on the stated confidence:
 mean of (confidence − [named class is right])². Sim cases whose preset or dialect is in HELD_OUT_* (chosen before
-any fit) are reported apart; ``--fit`` fits the confidence factors on the rest and scores the fit on them.
+any fit) are reported apart; ``--fit`` fits the confidence factors on the rest of the real and sim cases and scores
+the fit on the held-out sim cases and the field cases (never fitted on).
 
     .venv/bin/python bench/calibration.py            # all three sources (~1-3 min on 2 cores)
     .venv/bin/python bench/calibration.py --quick    # a small sim grid, no field corpus (seconds)
@@ -143,14 +144,24 @@ def sim_outcomes(spec: GridSpec, workers: int = 1) -> list[Outcome]:
 
 
 def field_outcomes() -> list[Outcome]:
+    from pydantic import ValidationError
+
     from bench import field_corpus
 
+    cases = field_corpus.load_cases()
+    runs = field_corpus.run_cases(cases)
     out = []
-    for score in field_corpus.score_all(field_corpus.load_cases()):
-        truth = score.case.conclusion_class
+    for case in cases:
+        run = runs[case.name]
+        score = field_corpus.score(case, run)
+        truth = case.conclusion_class
         if truth not in CLASSES or score.bottleneck is None or score.confidence is None:
             continue
-        out.append(Outcome("field", score.case.name, truth, score.bottleneck, float(score.confidence)))
+        try:
+            verdict_factors = factors(Verdict.model_validate(run.verdict))
+        except ValidationError:
+            verdict_factors = {}
+        out.append(Outcome("field", case.name, truth, score.bottleneck, float(score.confidence), True, verdict_factors))
     return out
 
 
@@ -248,6 +259,17 @@ def render_source(title: str, all_cases: Sequence[Outcome]) -> str:
     for truth in sorted(matrix):
         lines.append(f"| {truth} | " + " | ".join(str(matrix[truth].get(s, 0) or ".") for s in said) + " |")
     lines += ["", *[f"- {line}" for line in targets(cases)], ""]
+    groups = sorted({o.name.split("/")[1] for o in all_cases if o.source == "sim"})
+    for group in groups:
+        mine = [o for o in all_cases if o.name.split("/")[1] == group]
+        ok = judged(mine)
+        right = sum(o.right for o in ok)
+        lines.append(
+            f"- {group}: {len(mine)} windows, {len(mine) - len(ok)} unknown or mixed, "
+            f"{right}/{len(ok)} right, Brier {brier(ok):.3f}"
+        )
+    if groups:
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -257,7 +279,16 @@ def real_headline(outcomes: Sequence[Outcome]) -> str:
     good = sum(o.right and o.confidence >= TARGET_HIGH_CONFIDENCE for o in windows)
     share = good / len(windows) if windows else math.nan
     mark = "ok" if share >= 0.5 else "MISSED"
-    return f"real recorded windows at confidence ≥ 0.8 and right: {good}/{len(windows)} ({share:.0%}) {mark}"
+    lines = [f"real recorded windows at confidence ≥ 0.8 and right: {good}/{len(windows)} ({share:.0%}) {mark}"]
+    whole: dict[str, Outcome] = {}  # each state's whole recorded window: the one with most scrapes
+    for o in windows:
+        state = o.name.split("[")[0]
+        if state not in whole or o.factors["log_window"] > whole[state].factors["log_window"]:
+            whole[state] = o
+    states = sum(o.right and o.confidence >= TARGET_HIGH_CONFIDENCE for o in whole.values())
+    lines.append(f"real recorded states (whole window) at confidence ≥ 0.8 and right: {states}/{len(whole)}")
+    lines += [f"  {o.name}: {o.truth}, said {o.said} at {o.confidence:.2f}" for o in whole.values()]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         from bench.calib_fit import report_fit
 
-        print(report_fit(judged([*real, *sim]), held_out=lambda o: o.held_out))
+        print(report_fit(judged([*real, *sim, *field_cases]), held_out=lambda o: o.held_out))
     return 0
 
 

@@ -47,6 +47,7 @@ def test_noise_keeps_counts_whole_and_ratios_in_range():
         "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.99\n"
         "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL 99\n"
         "# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens_total 1234\n"
+        "# TYPE held gauge\nheld 4096\n# TYPE budget gauge\nbudget 4096\n"
     )
     noise = Noise(random.Random(3), 0.2)
     seen = []
@@ -57,6 +58,8 @@ def test_noise_keeps_counts_whole_and_ratios_in_range():
         util = next(iter(scrape.series["DCGM_FI_DEV_GPU_UTIL"].values()))
         assert running.is_integer() and 0 <= kv <= 1 and 0 <= util <= 100
         assert next(iter(scrape.series["vllm:prompt_tokens_total"].values())) == 1234  # counters are not noised
+        held, budget = (next(iter(scrape.series[n].values())) for n in ("held", "budget"))
+        assert held <= budget  # a full pool read with noise is still full, never fuller
         seen.append(running)
     assert len(set(seen)) > 3  # and the gauges do move
 
