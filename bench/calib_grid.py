@@ -1,7 +1,8 @@
 """The simulator's scenario grid for bench/calibration.py, in virtual time: no sockets, no real clock.
 
-One case is a preset (``llmdiag.sim.presets``) with its parameters varied by a seed, served in one dialect, under a
-closed-loop load scaled by a load level. The engine is driven by hand (as tests/unit/sim/test_dialects.py does): each
+One case is a preset (``llmdiag.sim.presets``) with its parameters varied by a seed (efficiencies, request sizes,
+users, and the knob that puts the memory and scheduling presets in their state, drawn across its edge), served in
+one dialect, under a closed-loop load scaled by a load level. The engine is driven by hand (as tests/unit/sim/test_dialects.py does): each
 user sends one request and the next when it ends; at each scrape instant (1 s apart, timestamps jittered) the
 dialect's metrics page and the simulated dcgm-exporter page are rendered from the engine's state, their gauges
 get multiplicative noise, and they are parsed as a scan parses them. The window's last 5, 10 and 20 s of scrapes
@@ -42,6 +43,10 @@ WARMUP_SECONDS = 15.0  # the memory preset fills its KV pool in ~8 s of simulate
 WINDOWS_SECONDS = (5, 10, 20)
 LOAD_LEVELS = (0.0, 0.3, 1.0, 2.0)  # × the preset's users; 0 is an idle server
 PARAMETER_SPREAD = 0.25  # users, prompt and output lengths drawn from ×[1/(1+s), 1+s]
+# the knob that puts a preset in its state, drawn across the edge of that state: the memory preset's KV pool holds
+# 17k-70k tokens (its users want ~49k at load 1), the scheduling preset's cap runs 2-24 of 10-64 users
+MEMORY_UTILIZATION = (0.24, 0.32)
+MAX_NUM_SEQS = (2, 24)
 MAIN_PAGE = {"trtllm": "/prometheus/metrics"}  # the dialect's Prometheus page where its default is not one
 # the accounting's limits → the verdict class each one means; "host" (per-step host overhead) is no class llmdiag
 # names from a server's page, so a window it dominates is left out as "mixed"
@@ -110,8 +115,14 @@ def varied(preset: Preset, level: float, rng: random.Random) -> tuple[Preset, di
 
     dep = preset.deployment
     eff_c, eff_b = rng.uniform(0.6, 1.0), rng.uniform(0.7, 1.0)
-    dep = dataclasses.replace(dep, compute_efficiency=eff_c, bandwidth_efficiency=eff_b)
-    engine = dataclasses.replace(preset.engine, deployment=dep)
+    knobs: dict[str, float] = {}
+    if preset.name == "memory":  # the KV pool around the load's need: from a third of it to a little more
+        knobs["gpu_memory_utilization"] = round(rng.uniform(*MEMORY_UTILIZATION), 3)
+    dep = dataclasses.replace(dep, compute_efficiency=eff_c, bandwidth_efficiency=eff_b, **knobs)
+    engine = dataclasses.replace(preset.engine, deployment=dep, max_model_len=None)
+    if preset.name == "scheduling":  # the batch cap around the users: a queue at some loads, none at others
+        knobs["max_num_seqs"] = rng.randint(*MAX_NUM_SEQS)
+        engine = dataclasses.replace(engine, max_num_seqs=int(knobs["max_num_seqs"]))
     load = preset.load
     users = 0 if level == 0 else max(1, round(load.users * level * draw()))
     prompt = max(1, round(load.prompt_tokens * draw()))
@@ -126,6 +137,7 @@ def varied(preset: Preset, level: float, rng: random.Random) -> tuple[Preset, di
         "output_tokens": float(output),
         "compute_efficiency": round(eff_c, 3),
         "bandwidth_efficiency": round(eff_b, 3),
+        **knobs,
     }
     return dataclasses.replace(preset, engine=engine, load=load), settings
 

@@ -17,7 +17,7 @@ mean of (confidence − [named class is right])². Sim cases whose preset or dia
 any fit) are reported apart; ``--fit`` fits the confidence factors on the rest of the real and sim cases and scores
 the fit on the held-out sim cases and the field cases (never fitted on).
 
-    .venv/bin/python bench/calibration.py            # all three sources (~1-3 min on 2 cores)
+    .venv/bin/python bench/calibration.py            # all three sources (~2.3 min of CPU, 2 processes)
     .venv/bin/python bench/calibration.py --quick    # a small sim grid, no field corpus (seconds)
     .venv/bin/python bench/calibration.py --fit      # and the fitted confidence factors
 
