@@ -2,12 +2,13 @@
 
 One case is a preset (``llmdiag.sim.presets``) with its parameters varied by a seed (efficiencies, request sizes,
 users, and the knob that puts the memory and scheduling presets in their state, drawn across its edge), served in
-one dialect, under a closed-loop load scaled by a load level. The engine is driven by hand (as tests/unit/sim/test_dialects.py does): each
-user sends one request and the next when it ends; at each scrape instant (1 s apart, timestamps jittered) the
-dialect's metrics page and the simulated dcgm-exporter page are rendered from the engine's state, their gauges
-get multiplicative noise, and they are parsed as a scan parses them. The window's last 5, 10 and 20 s of scrapes
-each give one verdict (``build_verdict``), judged against the truth: the class of the largest share of the window
-in the engine's own accounting of what limited each step (``Step.limit``), not the preset's name.
+one dialect, under a closed-loop load scaled by a load level. The engine is driven by hand (as
+tests/unit/sim/test_dialects.py does): each user sends one request and the next when it ends; at each scrape instant
+(1 s apart, timestamps jittered) the dialect's metrics page and the simulated dcgm-exporter page are rendered from
+the engine's state, their gauges get multiplicative noise, and they are parsed as a scan parses them. The window's
+last 5, 10 and 20 s of scrapes each give one verdict (``build_verdict``), judged against the truth: the class of the
+largest share of the window in the engine's own accounting of what limited each step (``Step.limit``), not the
+preset's name.
 
     run_grid(GridSpec(...)) -> list[SimCase]
 """
