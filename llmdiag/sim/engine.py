@@ -25,6 +25,18 @@ A preempted request recomputes its prompt and the tokens it had generated, then 
 latency carries the whole detour, as in vLLM). Requests carry counters, not per-token objects: one step touches
 each running request once, and the per-token histograms take one observation per distinct value per step.
 
+What limited each step (``Step.limit``, summed as seconds per limit in ``EngineStats.limit_seconds``; the truth a
+calibration bench judges llmdiag's verdicts against, never shown on a page):
+
+    kv          a running request was preempted, or the first waiting request could not get its blocks
+    batch_cap   a request that had arrived waited while ``max_num_seqs`` ran or the token budget was spent
+    link        nobody waited for KV or a slot, and the all-reduces were the largest term of the step
+    compute     nobody waited, the step's math was its largest term and the step was slow (``SLOW_STEP_SECONDS``)
+    bandwidth   the same with HBM traffic the largest term
+    host        the same with the host's per-step overhead the largest term
+    none        nobody waited and the step was short
+    (no step)   the GPU was idle: the window's time not covered by ``limit_seconds``
+
 Recorded the way vLLM's V1 stats do (``vllm/v1/metrics/stats.py``): TTFT and e2e from arrival; queue = arrival →
 first scheduling (preemptions do not move it); prefill = first scheduling → first token; decode = first → last
 token; inference = first scheduling → last token; one inter-token latency per request per step after the first
@@ -51,6 +63,11 @@ REJECT_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
 DEFAULT_MAX_MODEL_LEN = 8192  # for a model whose context length is not stated
 # token ids in and sampled token ids out over PCIe each step: a few bytes per token
 HOST_BYTES_PER_TOKEN = 16
+# a step at least this long paces each stream at ≤ 20 tokens/s, slower than people read: its largest term limits
+# the server; a shorter step with nobody waiting limits nothing (the step limits above)
+SLOW_STEP_SECONDS = 0.05
+StepLimit = Literal["kv", "batch_cap", "compute", "bandwidth", "link", "host", "none"]
+STEP_LIMITS: tuple[StepLimit, ...] = ("kv", "batch_cap", "compute", "bandwidth", "link", "host", "none")
 
 # vLLM V1's default histogram buckets (vllm/v1/metrics/buckets.py; metrics catalog §1.2)
 TTFT_BUCKETS = (
@@ -348,6 +365,7 @@ class Step:
     timing: StepTime
     link_bytes_per_gpu: float  # all-reduce bytes each GPU sends (and receives) in this step
     overhead_seconds: float  # host time: the physics' scheduler overhead + extra_step_overhead_seconds
+    limit: StepLimit = "none"  # what limited this step (the module docstring)
 
     @property
     def duration(self) -> float:
@@ -389,6 +407,8 @@ class EngineStats:
     memory_seconds: float = 0.0
     allreduce_seconds: float = 0.0
     link_bytes_per_gpu: float = 0.0
+    # step seconds by what limited the step (``Step.limit``): the simulator's truth, not a vLLM metric
+    limit_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STEP_LIMITS, 0.0))
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
     time_per_output_token: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
@@ -548,6 +568,7 @@ class Engine:
             kv_read += computed + n
             index += 1
 
+        kv_blocked = preempted
         if not preempted:
             max_seqs = self.config.seqs
             chunked = self.config.enable_chunked_prefill
@@ -562,6 +583,7 @@ class Engine:
                 n = min(total, budget)
                 needed = -(-n // block_size)
                 if needed > self.free_blocks:
+                    kv_blocked = True
                     break
                 waiting.popleft()
                 self.free_blocks -= needed
@@ -592,9 +614,32 @@ class Engine:
             timing=timing,
             link_bytes_per_gpu=allreduce_bytes_per_gpu(self.dep, new_tokens),
             overhead_seconds=self._overhead,
+            limit=self._limit(kv_blocked, now, timing, duration),
         )
         self.in_flight = step
         return step
+
+    def _limit(self, kv_blocked: bool, now: float, timing: StepTime, duration: float) -> StepLimit:
+        """What limited a step just scheduled (the module docstring): a request that waits for KV, then one that
+        waits for a slot or the token budget, then the step's largest term when the step is slow."""
+        if kv_blocked:
+            return "kv"
+        if self.waiting and self.waiting[0].arrival <= now:
+            return "batch_cap"  # it arrived in time and neither KV nor a preemption kept it out
+        terms: dict[StepLimit, float] = {
+            "compute": timing.compute_seconds,
+            "bandwidth": timing.memory_seconds,
+            "link": timing.allreduce_seconds,
+            "host": self._overhead,
+        }
+        largest = max(terms, key=lambda name: terms[name])
+        if largest == "link":  # the collectives outweigh the kernels: a faster link shortens every step
+            return "link"
+        return largest if duration >= SLOW_STEP_SECONDS else "none"
+
+    def limit_totals(self) -> dict[str, float]:
+        """Step seconds so far by what limited each step (a copy): two readings, subtracted, give a window's."""
+        return dict(self.stats.limit_seconds)
 
     def complete(self, step: Step) -> list[SimRequest]:
         """Apply a step's results at its end: sampled tokens, first tokens, finished requests. Returns the requests
@@ -654,6 +699,7 @@ class Engine:
         stats.memory_seconds += timing.memory_seconds
         stats.allreduce_seconds += timing.allreduce_seconds
         stats.link_bytes_per_gpu += step.link_bytes_per_gpu
+        stats.limit_seconds[step.limit] += step.duration
         stats.flops_per_gpu += timing.flops / self.dep.tp
         written = self._kv_bytes_per_token_per_gpu * step.load.new_tokens
         stats.write_bytes_per_gpu += written
@@ -711,6 +757,20 @@ class Engine:
             totals.link_bytes_per_gpu += share * step.link_bytes_per_gpu
             totals.host_bytes_per_gpu += share * step.load.new_tokens * HOST_BYTES_PER_TOKEN
         return totals
+
+
+def limit_shares(before: dict[str, float], after: dict[str, float], window_seconds: float) -> dict[str, float]:
+    """Each limit's share of a window from two ``Engine.limit_totals()`` readings at its ends, and ``idle``: the
+    share no step covered. Steps are counted when they complete, so a step across an edge counts in the later
+    window; shares are clamped to [0, 1]."""
+    if window_seconds <= 0:
+        raise ValueError("a window must be longer than zero")
+    shares: dict[str, float] = {
+        name: max(0.0, after.get(name, 0.0) - before.get(name, 0.0)) / window_seconds for name in STEP_LIMITS
+    }
+    shares = {name: min(1.0, share) for name, share in shares.items()}
+    shares["idle"] = max(0.0, 1.0 - sum(shares.values()))
+    return shares
 
 
 @dataclass

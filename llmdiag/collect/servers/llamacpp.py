@@ -99,6 +99,11 @@ def read_props(connection: Connection) -> list[Signal]:
                 body = resp.json()
     except (requests.exceptions.RequestException, ValueError) as exc:
         why = f"GET {PROPS_PATH} failed: {type(exc).__name__}"
+    return props_signals(body, why)
+
+
+def props_signals(body: object, why: str = "") -> list[Signal]:
+    """The slot count and each slot's context from a ``/props`` answer already read (``why``: why it could not be)."""
     if not isinstance(body, dict):
         why = why or f"GET {PROPS_PATH} did not answer a JSON object"
         return [
