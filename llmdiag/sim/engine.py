@@ -448,6 +448,9 @@ class Engine:
         self.num_gpu_blocks = config.num_gpu_blocks
         self.free_blocks = self.num_gpu_blocks - 1  # block 0 is the null block
         self.waiting: deque[SimRequest] = deque()
+        # the queue the last scheduling decision left, as vLLM's num_requests_waiting reports it (the engine's
+        # stats after each step): a request that arrived during a step is admitted by the next one, never counted
+        self.waiting_after_last_schedule = 0
         self.running: list[SimRequest] = []
         self.in_flight: Step | None = None
         self.recent: deque[Step] = deque()
@@ -500,6 +503,7 @@ class Engine:
             return
         if request.state == "waiting":
             self.waiting.remove(request)
+            self.waiting_after_last_schedule = min(self.waiting_after_last_schedule, len(self.waiting))
         elif self.in_flight is None or request.last_step != self.in_flight.index:
             self.running.remove(request)
             self._release(request)
@@ -600,6 +604,7 @@ class Engine:
                 attended += n * (n + 1) / 2
                 kv_read += n
 
+        self.waiting_after_last_schedule = len(self.waiting)
         if not scheduled:
             return None
         load = StepLoad(float(new_tokens), attended, float(kv_read))

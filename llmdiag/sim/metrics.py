@@ -208,12 +208,13 @@ class VllmCollector(Collector):
             "vllm:estimated_write_bytes_per_gpu", MFU_HELP.format("bytes written to memory"), stats.write_bytes_per_gpu
         )
         yield gauge("vllm:num_requests_running", "Number of requests in model execution batches.", len(engine.running))
-        yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", len(engine.waiting))
+        waiting = engine.waiting_after_last_schedule  # as vLLM's scheduler stats: the queue its last step left
+        yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
         yield by(
             "vllm:num_requests_waiting_by_reason",
             WAITING_BY_REASON_HELP,
             "reason",
-            {"capacity": len(engine.waiting), "deferred": 0},
+            {"capacity": waiting, "deferred": 0},
             kind="gauge",
         )
         yield by(

@@ -107,6 +107,33 @@ def test_every_dialect_is_registered_by_name_and_an_unknown_one_is_refused():
     assert "ollama" in info.value.message and "llamacpp" in info.value.hint
 
 
+# --- vLLM --------------------------------------------------------------------------------------------------
+
+
+def _vllm_waiting(scenario: Scenario) -> float:
+    return next(s.value for s in samples(scenario, "/metrics") if s.name == "vllm:num_requests_waiting")
+
+
+def test_vllm_waiting_gauge_is_the_queue_the_last_step_left_not_a_request_arriving_mid_step():
+    """vLLM's num_requests_waiting comes from the scheduler's stats after each step: a request that arrives while a
+    step runs is admitted by the next one and never shows. Read live instead, a healthy server's page caught
+    arrivals in flight and a 4-scrape window averaged a queue of 1 that Little's law (0.13) said was not there."""
+    scenario = Scenario("vllm")  # max_num_seqs 2
+    engine = scenario.engine
+    engine.add_request(request("a", 6, 4))
+    step, _ = run_step(engine, 0.0)  # a is admitted: nothing is left waiting
+    engine.add_request(request("b", 6, 4, arrival=step.end))  # arrives while a's batch is on the GPU
+    assert len(engine.waiting) == 1  # the live queue holds b
+    assert _vllm_waiting(scenario) == 0  # but no scheduling decision has left it waiting
+    engine.add_request(request("c", 6, 4, arrival=step.end))
+    engine.add_request(request("d", 6, 4, arrival=step.end))
+    step, _ = run_step(engine, step.end)  # 2 slots: a and b run, c and d are left by this step's decision
+    assert [r.request_id for r in engine.waiting] == ["c", "d"]
+    assert _vllm_waiting(scenario) == 2
+    engine.abort(engine.waiting[0], step.end)  # a client gives up on c: the queue shrinks at once
+    assert _vllm_waiting(scenario) == 1
+
+
 # --- SGLang ------------------------------------------------------------------------------------------------
 
 
