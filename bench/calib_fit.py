@@ -2,13 +2,13 @@
 P(right) = σ(Σ wᵢ·xᵢ) over the factors ``calibration.factors`` reads from each verdict (the primary finding's severity
 or none, core-signal coverage, margin past the critical threshold, rival classes, log window length, a single dump,
 sanity findings), fitted by Newton's method with a ridge penalty on the cases that are not held out, and scored on
-the held-out ones beside the confidence llmdiag states today. A proposal to read, not applied anywhere."""
+the held-out ones beside the confidence llmdiag states today (``calibration.report_fit``). A proposal to read, not
+applied anywhere."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 FEATURES = ("critical", "warning", "no_finding", "coverage", "margin", "rivals", "log_window", "single_dump", "sanity")
 RIDGE = 1.0  # keeps the weights finite where a factor separates right from wrong perfectly
@@ -58,37 +58,3 @@ def fit(rows: Sequence[dict[str, float]], labels: Sequence[bool]) -> dict[str, f
 
 def predict(weights: dict[str, float], row: dict[str, float]) -> float:
     return _sigmoid(sum(weights[name] * row.get(name, 0.0) for name in FEATURES))
-
-
-def report_fit(outcomes: Sequence[Any], held_out: Callable[[Any], bool]) -> str:
-    """Fit on the cases not held out; the weights, and the held-out cases' Brier score stated vs fitted."""
-    from bench.calibration import brier, reliability
-
-    train = [o for o in outcomes if not held_out(o)]
-    test = [o for o in outcomes if held_out(o)]
-    if not train:
-        return "## fitted confidence factors\n\nno cases to fit on\n"
-    weights = fit([o.factors for o in train], [o.right for o in train])
-    lines = ["## fitted confidence factors (proposal; logistic, ridge 1)", "", "| factor | weight |", "|---|---:|"]
-    lines += [f"| {name} | {weights[name]:+.2f} |" for name in FEATURES]
-    typical = {"critical": 1.0, "coverage": 1.0, "margin": 1.0, "log_window": math.log1p(10.0)}
-    lines.append("")
-    lines.append(f"e.g. a critical finding, full coverage, margin 1, 10 s window: {predict(weights, typical):.2f}")
-    lines.append(f"     the same from one dump: {predict(weights, {**typical, 'single_dump': 1.0}):.2f}")
-    lines.append(f"     the same beside a rival class: {predict(weights, {**typical, 'rivals': 1.0}):.2f}")
-    lines.append(
-        f"fitted on {len(train)} cases (real + sim not held out); training Brier stated {brier(train):.3f}, "
-        f"fitted {brier(train, lambda o: predict(weights, o.factors)):.3f}"
-    )
-    for source in sorted({o.source for o in test}):
-        part = [o for o in test if o.source == source and o.factors]
-        if not part:
-            continue
-        fitted = brier(part, lambda o: predict(weights, o.factors))
-        lines.append(f"held out, {source}: {len(part)} cases; Brier stated {brier(part):.3f}, fitted {fitted:.3f}")
-        lines += ["", f"| held out {source}, fitted confidence | n | mean | accuracy |", "|---|---:|---:|---:|"]
-        for b in reliability(part, lambda o: predict(weights, o.factors)):
-            if b.n:
-                lines.append(f"| {b.low:.1f}-{b.high:.1f} | {b.n} | {b.mean_confidence:.2f} | {b.accuracy:.0%} |")
-        lines.append("")
-    return "\n".join(lines) + "\n"

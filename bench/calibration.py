@@ -41,6 +41,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a script: bench/ and tests/ import as packages
     sys.path.insert(0, str(REPO_ROOT))
 
+from bench.calib_fit import FEATURES, fit, predict  # noqa: E402
 from bench.calib_grid import MIXED, GridSpec, cases_of, run_one  # noqa: E402
 from llmdiag.engine.evaluate import CORE_SIGNALS  # noqa: E402
 from llmdiag.model import Verdict  # noqa: E402
@@ -291,6 +292,38 @@ def real_headline(outcomes: Sequence[Outcome]) -> str:
     return "\n".join(lines)
 
 
+def report_fit(outcomes: Sequence[Outcome], held_out: Callable[[Outcome], bool]) -> str:
+    """Fit on the cases not held out; the weights, and the held-out cases' Brier score stated vs fitted."""
+    train = [o for o in outcomes if not held_out(o)]
+    test = [o for o in outcomes if held_out(o)]
+    if not train:
+        return "## fitted confidence factors\n\nno cases to fit on\n"
+    weights = fit([o.factors for o in train], [o.right for o in train])
+    lines = ["## fitted confidence factors (proposal; logistic, ridge 1)", "", "| factor | weight |", "|---|---:|"]
+    lines += [f"| {name} | {weights[name]:+.2f} |" for name in FEATURES]
+    typical = {"critical": 1.0, "coverage": 1.0, "margin": 1.0, "log_window": math.log1p(10.0)}
+    lines.append("")
+    lines.append(f"e.g. a critical finding, full coverage, margin 1, 10 s window: {predict(weights, typical):.2f}")
+    lines.append(f"     the same from one dump: {predict(weights, {**typical, 'single_dump': 1.0}):.2f}")
+    lines.append(f"     the same beside a rival class: {predict(weights, {**typical, 'rivals': 1.0}):.2f}")
+    lines.append(
+        f"fitted on {len(train)} cases (real + sim not held out); training Brier stated {brier(train):.3f}, "
+        f"fitted {brier(train, lambda o: predict(weights, o.factors)):.3f}"
+    )
+    for source in sorted({o.source for o in test}):
+        part = [o for o in test if o.source == source and o.factors]
+        if not part:
+            continue
+        fitted = brier(part, lambda o: predict(weights, o.factors))
+        lines.append(f"held out, {source}: {len(part)} cases; Brier stated {brier(part):.3f}, fitted {fitted:.3f}")
+        lines += ["", f"| held out {source}, fitted confidence | n | mean | accuracy |", "|---|---:|---:|---:|"]
+        for b in reliability(part, lambda o: predict(weights, o.factors)):
+            if b.n:
+                lines.append(f"| {b.low:.1f}-{b.high:.1f} | {b.n} | {b.mean_confidence:.2f} | {b.accuracy:.0%} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small sim grid, no field corpus")
@@ -319,8 +352,6 @@ def main(argv: list[str] | None = None) -> int:
             if not o.right:
                 print(f"wrong {o.source} {o.name}: truth {o.truth}, said {o.said} at {o.confidence:.2f}")
     if args.fit:
-        from bench.calib_fit import report_fit
-
         print(report_fit(judged([*real, *sim, *field_cases]), held_out=lambda o: o.held_out))
     return 0
 
