@@ -120,7 +120,7 @@ def recorded_case(state: Path) -> Case:
     scrapes = [parse_exposition(text, 1_800_000_000.0 + i * step / per_gap) for i, text in enumerate(pages)]
     spec = load_probe("vllm")
     interim = [
-        ((i - 0) * step / per_gap, build_verdict(build_server_signals(spec, scrapes[: i + 1], "recorded")))
+        (i * step / per_gap, build_verdict(build_server_signals(spec, scrapes[: i + 1], "recorded")))
         for i in range(2, len(scrapes))
     ]
     return Case(f"real {state.name}", interim[-1][1].bottleneck.value, interim)

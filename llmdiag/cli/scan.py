@@ -122,8 +122,8 @@ def scan(
 ) -> None:
     """Watch a live server for a window and say what limits it; several servers are compared as a fleet."""
     try:
-        seconds, auto_duration = scan_length(duration)
-        if auto_duration and (urls and len(urls) > 1 or fleet.targets_file is not None):
+        length = scan_length(duration)
+        if length.auto and (urls and len(urls) > 1 or fleet.targets_file is not None):
             raise UsageError("--duration auto scans one server", "give the fleet a length in seconds, e.g. -d 20")
     except LlmdiagError as error:
         fail(error)
@@ -150,12 +150,12 @@ def scan(
             "--markdown": output.markdown or None,
             "--verbose": output.verbose or None,
         }
-        scan_fleet(urls or [], seconds, fleet, connection, telemetry.probe, pages, output, one_server_only)
+        scan_fleet(urls or [], length.seconds, fleet, connection, telemetry.probe, pages, output, one_server_only)
     if not urls:
         note("no server given: scanning the built-in demo server (`llmdiag demo --help`)")
         demo_output = dataclasses.replace(output, fail_on=output.fail_on or FailOn.never)
-        show_demo(DEFAULT_DEMO_PRESET, seconds, None, demo_output, auto_duration=auto_duration)
-    scan_server(urls[0], ScanLength(seconds, auto_duration), connection, telemetry, pages, deployment, output, trace)
+        show_demo(DEFAULT_DEMO_PRESET, length.seconds, None, demo_output, auto_duration=length.auto)
+    scan_server(urls[0], length, connection, telemetry, pages, deployment, output, trace)
 
 
 @dataclass(frozen=True)
@@ -166,10 +166,10 @@ class ScanLength:
     auto: bool = False
 
 
-def scan_length(text: str) -> tuple[float, bool]:
+def scan_length(text: str) -> ScanLength:
     """--duration's value: seconds, or auto (the default window as the longest)."""
     if text.strip().lower() == "auto":
-        return DEFAULT_DURATION_SECONDS, True
+        return ScanLength(DEFAULT_DURATION_SECONDS, auto=True)
     try:
         seconds = float(text)
     except ValueError:
@@ -178,7 +178,7 @@ def scan_length(text: str) -> tuple[float, bool]:
         ) from None
     if not seconds > 0 or math.isinf(seconds):
         raise UsageError(f"--duration must be positive, got {text}", "e.g. --duration 20")
-    return seconds, False
+    return ScanLength(seconds)
 
 
 def scan_server(

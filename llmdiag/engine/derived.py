@@ -148,11 +148,16 @@ def _gauges_starve(signals: SignalSet) -> bool | None:
     if running is None or running.unavailable or not running.samples or rule is None:
         return None
     try:
-        if _seconds_in_window(signals, "inference_time_seconds") / window_seconds(signals) < 1.0:
+        if _under_one_running(signals):
             return False
         return running_gauge_zero_under_load(signals) >= rule.severity.warning
     except Missing:
         return None
+
+
+def _under_one_running(signals: SignalSet) -> bool:
+    """Fewer than one request ran on average (Little's law over the window): running gauges at 0 are expected."""
+    return _seconds_in_window(signals, "inference_time_seconds") / window_seconds(signals) < 1.0
 
 
 def _unseen_seconds(signal: Signal, longest_gap: float, head: float) -> float:
@@ -272,7 +277,7 @@ def running_gauge_zero_under_load(signals: SignalSet) -> float:
     running = signals.get("requests_running")
     if running is None or running.unavailable or not running.samples:
         raise Missing("no running gauge")
-    if _seconds_in_window(signals, "inference_time_seconds") / window_seconds(signals) < 1.0:
+    if _under_one_running(signals):
         raise Missing("fewer than one request running on average: zero readings are expected")
     return sum(1 for _, v in running.samples if v == 0) / len(running.samples)
 

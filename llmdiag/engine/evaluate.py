@@ -536,7 +536,6 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
         if finding is not None:
             findings.append(finding)
     _stand_ins(rules, outcomes, findings)
-    # a stall first (nothing else explains a stuck engine), then what limits the server, then advisories and sanity
     # a stall first (nothing else explains a stuck engine), then the cause graph: see llmdiag.engine.causes
     choice = choose(findings)
     findings, primary = choice.findings, choice.primary

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmdiag.model import Bottleneck, Verdict
+from llmdiag.model import BOTTLENECK_CATEGORIES, Bottleneck, Verdict
 
 # the shortest window an automatic scan ends at: rates over fewer seconds swing with single requests
 AUTO_MIN_SECONDS = 5.0
@@ -35,7 +35,7 @@ class InterimReading:
 
     @classmethod
     def of(cls, verdict: Verdict) -> InterimReading:
-        classed = [f for f in verdict.findings if not f.advisory and f.category.value != "sanity"]
+        classed = [f for f in verdict.findings if f.category in BOTTLENECK_CATEGORIES and not f.advisory]
         leading = classed[0] if classed else None
         key = leading.evidence[0].value if leading is not None and leading.evidence else None
         return cls(
