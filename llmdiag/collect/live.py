@@ -134,8 +134,9 @@ def collect_live(
         probe, why, first, first_at = detect_for_scan(connection, clock)
     server, optional, missing = _open_sources(connection, load_probe(probe), telemetry)
     count, interval = scrape_plan(duration_seconds)
-    window = _LiveWindow(server, optional, count, interval, clock, sleep, on_progress, connection if canary else None)
-    window.settled = settled
+    window = _LiveWindow(
+        server, optional, count, interval, clock, sleep, on_progress, connection if canary else None, settled=settled
+    )
     canary_part: SignalSet | SourceInfo | None = None
     try:
         window.read(first, start=clock() if first_at is None else first_at)
@@ -213,7 +214,7 @@ class _LiveWindow:
                 server_reads += 1
                 _read(self.server, server_reads, self.count)
                 self._server_read(server_reads, end)
-                if self.settled is not None and self._judged_settled(start):
+                if self._judged_settled(start):
                     break
             else:
                 _read(source, len(source.scrapes) + 1, 0)
@@ -221,9 +222,9 @@ class _LiveWindow:
                 due[id(source)] = max(due[id(source)] + source.interval_seconds, self.clock())
 
     def _judged_settled(self, start: float) -> bool:
-        """The window so far, handed to ``settled``: the server's signals with each source read twice or more."""
-        assert self.settled is not None
-        if len(self.server.scrapes) < MIN_SCRAPES:
+        """The window so far, handed to ``settled`` (if given): the server's signals with each source read twice or
+        more."""
+        if self.settled is None or len(self.server.scrapes) < MIN_SCRAPES:
             return False
         try:
             so_far = build_server_signals(self.server.spec, list(self.server.scrapes), self.server.display_url)
