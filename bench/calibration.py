@@ -30,10 +30,12 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
@@ -41,13 +43,15 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a script: bench/ and tests/ import as packages
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench.calib_fit import FEATURES, fit, predict  # noqa: E402
+from bench.calib_fit import FEATURES, RIDGE, fit, predict  # noqa: E402
 from bench.calib_grid import MIXED, GridSpec, cases_of, run_one  # noqa: E402
-from llmdiag.engine.evaluate import CORE_SIGNALS  # noqa: E402
 from llmdiag.model import Verdict  # noqa: E402
-from llmdiag.model.verdict import Category, Severity  # noqa: E402
+from llmdiag.render.files import write_atomic  # noqa: E402
+from llmdiag.schema.base import parse_toml  # noqa: E402
+from llmdiag.schema.confidence import FACTORS, ConfidenceModel, load_confidence_model  # noqa: E402
 
 RECORDED = REPO_ROOT / "tests" / "fixtures" / "vllm-0.32.0"
+MODEL_PATH = REPO_ROOT / "rules" / "confidence.toml"
 CLASSES = ("memory", "compute", "scheduling", "network", "healthy", "idle", "stalled")
 BUCKETS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # [0, 0.5), [0.5, 0.6) … [0.9, 1.0]
 # held out of any fit, chosen before fitting: whole presets and whole dialects
@@ -83,22 +87,8 @@ class Outcome:
 
 
 def factors(verdict: Verdict) -> dict[str, float]:
-    """What the confidence is made of, read back from a verdict (the inputs of ``fit``)."""
-    classed = [f for f in verdict.findings if f.category.value in CLASSES and not f.advisory]
-    primary = classed[0] if classed else None
-    available = sum(1 for n in CORE_SIGNALS if (s := verdict.signals.get(n)) is not None and s.unavailable is None)
-    window = verdict.window
-    return {
-        "critical": float(primary is not None and primary.severity is Severity.critical),
-        "warning": float(primary is not None and primary.severity is Severity.warning),
-        "no_finding": float(primary is None),
-        "coverage": available / len(CORE_SIGNALS),
-        "margin": min(3.0, max(0.0, primary.margin)) if primary is not None else 0.0,
-        "rivals": float(sum(1 for k in verdict.class_confidence if k != verdict.bottleneck.value)),
-        "log_window": math.log1p(window.duration_seconds or 0.0),
-        "single_dump": float(window.kind in ("lifetime", "snapshot")),
-        "sanity": float(any(f.category is Category.sanity for f in verdict.findings)),
-    }
+    """What the confidence is made of: the factors the engine read at verdict time (Verdict.confidence_factors)."""
+    return {name: term.value for name, term in verdict.confidence_factors.items()}
 
 
 def outcome(source: str, name: str, truth: str, verdict: Verdict, held_out: bool = False) -> Outcome:
@@ -292,67 +282,220 @@ def real_headline(outcomes: Sequence[Outcome]) -> str:
     return "\n".join(lines)
 
 
-def report_fit(outcomes: Sequence[Outcome], held_out: Callable[[Outcome], bool]) -> str:
-    """Fit on the cases not held out; the weights, and the held-out cases' Brier score stated vs fitted."""
-    train = [o for o in outcomes if not held_out(o)]
-    test = [o for o in outcomes if held_out(o)]
-    if not train:
-        return "## fitted confidence factors\n\nno cases to fit on\n"
-    weights = fit([o.factors for o in train], [o.right for o in train])
-    lines = ["## fitted confidence factors (proposal; logistic, ridge 1)", "", "| factor | weight |", "|---|---:|"]
-    lines += [f"| {name} | {weights[name]:+.2f} |" for name in FEATURES]
-    typical = {"critical": 1.0, "coverage": 1.0, "margin": 1.0, "log_window": math.log1p(10.0)}
-    lines.append("")
-    lines.append(f"e.g. a critical finding, full coverage, margin 1, 10 s window: {predict(weights, typical):.2f}")
-    lines.append(f"     the same from one dump: {predict(weights, {**typical, 'single_dump': 1.0}):.2f}")
-    lines.append(f"     the same beside a rival class: {predict(weights, {**typical, 'rivals': 1.0}):.2f}")
-    lines.append(
-        f"fitted on {len(train)} cases (real + sim not held out); training Brier stated {brier(train):.3f}, "
-        f"fitted {brier(train, lambda o: predict(weights, o.factors)):.3f}"
+@dataclass(frozen=True)
+class Fitted:
+    weights: dict[str, float]
+    dropped: list[str]  # held to their sign: the cases gave them the wrong one
+    train: list[Outcome]
+    case_weights: list[float]
+
+    def count(self, source: str) -> int:
+        return sum(o.source == source for o in self.train)
+
+
+def case_weights(train: Sequence[Outcome]) -> list[float]:
+    """Each case's weight in the fit: the real recordings count as much in total as the sim grid (which is larger and
+    made by a generator), scaled so that the weights average 1 (the ridge penalty keeps its meaning)."""
+    real = sum(o.source == "real" for o in train)
+    sim = len(train) - real
+    per_real = sim / real if real and sim else 1.0
+    raw = [per_real if o.source == "real" else 1.0 for o in train]
+    scale = len(train) / sum(raw) if raw else 1.0
+    return [r * scale for r in raw]
+
+
+def fit_confidence(outcomes: Sequence[Outcome]) -> Fitted:
+    """Fit on the judged real and sim cases not held out (never the field corpus)."""
+    train = [o for o in judged(outcomes) if o.source in ("real", "sim") and not o.held_out and o.factors]
+    weights = case_weights(train)
+    fitted, dropped = fit([o.factors for o in train], [o.right for o in train], weights)
+    return Fitted(fitted, dropped, train, weights)
+
+
+def render_fit(result: Fitted) -> str:
+    """The weights table (README-ready), a few cases worked through, and the training Brier scores."""
+    lines = [
+        f"## fitted confidence factors (logistic, ridge {RIDGE:g}; real weighted to count as much as sim)",
+        "",
+        "| factor | what it is | weight |",
+        "|---|---|---:|",
+    ]
+    for name in FEATURES:
+        mark = " (dropped: the cases gave it the wrong sign)" if name in result.dropped else ""
+        lines.append(f"| {name} | {FACTORS[name][0]}{mark} | {result.weights[name]:+.2f} |")
+    clean = {"critical": 1.0, "coverage": 1.0, "margin": 0.5, "log_window": math.log1p(60.0)}
+    examples = (
+        ("a critical finding 50 % past its threshold, every core signal, a 60 s window", clean),
+        ("the same, a warning", {**clean, "critical": 0.0, "warning": 1.0}),
+        ("the same critical from one dump", {**clean, "log_window": 0.0, "single_dump": 1.0}),
+        ("the same beside a rival class", {**clean, "rivals": 1.0}),
+        ("the same with a sanity finding", {**clean, "sanity": 1.0}),
+        (
+            "healthy, every core signal, a 60 s window",
+            {"no_finding": 1.0, "coverage": 1.0, "log_window": clean["log_window"]},
+        ),
     )
-    for source in sorted({o.source for o in test}):
-        part = [o for o in test if o.source == source and o.factors]
-        if not part:
-            continue
-        fitted = brier(part, lambda o: predict(weights, o.factors))
-        lines.append(f"held out, {source}: {len(part)} cases; Brier stated {brier(part):.3f}, fitted {fitted:.3f}")
-        lines += ["", f"| held out {source}, fitted confidence | n | mean | accuracy |", "|---|---:|---:|---:|"]
-        for b in reliability(part, lambda o: predict(weights, o.factors)):
-            if b.n:
-                lines.append(f"| {b.low:.1f}-{b.high:.1f} | {b.n} | {b.mean_confidence:.2f} | {b.accuracy:.0%} |")
-        lines.append("")
+    lines.append("")
+    lines += [f"- {text}: {predict(result.weights, row):.2f}" for text, row in examples]
+    fitted = brier(result.train, lambda o: predict(result.weights, o.factors))
+    lines.append(
+        f"- fitted on {len(result.train)} cases ({result.count('real')} real, {result.count('sim')} sim not held out); "
+        f"training Brier: stated {brier(result.train):.3f}, fitted {fitted:.3f}"
+    )
     return "\n".join(lines) + "\n"
+
+
+def figures(cases: Sequence[Outcome]) -> dict[str, object]:
+    """One source's figures, as the weights file records them."""
+    ok = judged(cases)
+    right = sum(o.right for o in ok)
+    return {
+        "cases": len(ok),
+        "accuracy": round(right / len(ok), 4) if ok else 0.0,
+        "brier": round(brier(ok), 4) if ok else 0.0,
+        "targets": targets(ok),
+    }
+
+
+def summary_table(sources: dict[str, Sequence[Outcome]]) -> str:
+    """Every source in one README-ready table, with the issue's targets met or missed."""
+    lines = ["| source | cases judged | accuracy | Brier | targets |", "|---|---:|---:|---:|---|"]
+    for title, cases in sources.items():
+        ok = judged(cases)
+        if not ok:
+            lines.append(f"| {title} | 0 | - | - | no cases |")
+            continue
+        marks = "; ".join(targets(ok)) or "no bucket of 20"
+        accuracy = sum(o.right for o in ok) / len(ok)
+        lines.append(f"| {title} | {len(ok)} | {accuracy:.1%} | {brier(ok):.3f} | {marks} |")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))  # a TOML basic string: JSON's escapes are TOML's
+
+
+def _git_head() -> str:
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
+    except OSError:
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def model_text(result: Fitted, measured: dict[str, dict[str, object]]) -> str:
+    """rules/confidence.toml: the weights and where they came from."""
+    provenance = {
+        "command": ".venv/bin/python bench/calibration.py --fit --write",
+        "fitted_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "tree": _git_head(),
+        "method": (
+            f"logistic regression, ridge {RIDGE:g}, Newton's method (bench/calib_fit.py); each real recording case "
+            "weighted so the real cases count as much in total as the sim cases; a factor whose sign physics or logic "
+            "fixes is dropped (weight 0) where the cases give it the wrong one"
+            + (f" (dropped: {', '.join(result.dropped)})" if result.dropped else "")
+        ),
+        "real_cases": result.count("real"),
+        "sim_cases": result.count("sim"),
+        "held_out_presets": list(HELD_OUT_PRESETS),
+        "held_out_dialects": list(HELD_OUT_DIALECTS),
+        "excluded": (
+            "verdicts of unknown (abstentions), sim windows with no class half the window (mixed), the held-out sim "
+            "cases and the field corpus (scored, never fitted on)"
+        ),
+    }
+    lines = [
+        "# How sure a verdict is: P(right) = sigmoid(sum of weight x factor) over the factors that",
+        "# llmdiag.engine.confidence reads at verdict time (llmdiag.schema.confidence.FACTORS says what",
+        "# each is), then the decided caps.",
+        "# Written by bench/calibration.py --fit --write: regenerate, do not edit by hand.",
+        "",
+        "[provenance]",
+    ]
+    lines += [f"{key} = {_toml_value(value)}" for key, value in provenance.items()]
+    for source, values in measured.items():
+        lines += ["", f"[provenance.measured.{source}]"]
+        lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+    lines += ["", "[weights]"]
+    lines += [f"{name} = {round(result.weights[name], 4)!r}" for name in FEATURES]
+    return "\n".join(lines) + "\n"
+
+
+def write_model(result: Fitted, measured: dict[str, dict[str, object]], path: Path = MODEL_PATH) -> None:
+    text = model_text(result, measured)
+    parse_toml(ConfidenceModel, "rules/confidence.toml", text)  # refuse to write what the engine would refuse
+    write_atomic(path, text)
+    load_confidence_model.cache_clear()
+
+
+# --- the run ----------------------------------------------------------------------------------------------
+
+
+def measure(quick: bool) -> dict[str, list[Outcome]]:
+    """Every source's cases, judged by the engine with the weights file as it is now."""
+    real = real_outcomes()
+    sim = sim_outcomes(QUICK_GRID if quick else GridSpec(), workers=min(2, os.cpu_count() or 1))
+    field_cases = [] if quick else field_outcomes()
+    return {
+        "real": real,
+        "sim": [o for o in sim if not o.held_out],
+        "sim_held_out": [o for o in sim if o.held_out],
+        "field": field_cases,
+    }
+
+
+TITLES = {
+    "real": "real (vLLM 0.32 recordings)",
+    "sim": "sim, fitted on (every preset and dialect not held out)",
+    "sim_held_out": f"sim, held out (presets {', '.join(HELD_OUT_PRESETS)}; dialects {', '.join(HELD_OUT_DIALECTS)})",
+    "field": "field (public threads; never fitted on)",
+}
+
+
+def render_all(sources: dict[str, list[Outcome]], wrong_cases: bool = False) -> str:
+    parts = [render_source(TITLES["real"], sources["real"]), real_headline(sources["real"]) + "\n"]
+    parts += [render_source(TITLES[key], sources[key]) for key in ("sim", "sim_held_out", "field")]
+    parts.append("## summary\n\n" + summary_table({TITLES[k]: judged(v) for k, v in sources.items()}))
+    if wrong_cases:
+        for o in judged([o for cases in sources.values() for o in cases]):
+            if not o.right:
+                parts.append(f"wrong {o.source} {o.name}: truth {o.truth}, said {o.said} at {o.confidence:.2f}")
+    return "\n".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small sim grid, no field corpus")
     parser.add_argument("--fit", action="store_true", help="fit the confidence factors and print them")
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="with --fit: write the weights to rules/confidence.toml, then measure again with them applied",
+    )
     parser.add_argument("--cases", action="store_true", help="one line per wrong case")
     args = parser.parse_args(argv)
-    real = real_outcomes()
-    sim = sim_outcomes(QUICK_GRID if args.quick else GridSpec(), workers=min(2, os.cpu_count() or 1))
-    field_cases = [] if args.quick else field_outcomes()
-    print(render_source("real (vLLM 0.32 recordings)", real))
-    print(real_headline(real), end="\n\n")
-    print(render_source("sim (all)", sim))
-    print(
-        render_source(
-            "sim, held out (presets "
-            + ", ".join(HELD_OUT_PRESETS)
-            + "; dialects "
-            + ", ".join(HELD_OUT_DIALECTS)
-            + ")",
-            [o for o in sim if o.held_out],
-        )
-    )
-    print(render_source("field (public threads)", field_cases))
-    if args.cases:
-        for o in judged([*real, *sim, *field_cases]):
-            if not o.right:
-                print(f"wrong {o.source} {o.name}: truth {o.truth}, said {o.said} at {o.confidence:.2f}")
-    if args.fit:
-        print(report_fit(judged([*real, *sim, *field_cases]), held_out=lambda o: o.held_out))
+    if args.write and (args.quick or not args.fit):
+        parser.error("--write needs --fit and the full grid (not --quick)")
+    sources = measure(args.quick)
+    print(render_all(sources, args.cases))
+    if not args.fit:
+        return 0
+    result = fit_confidence([o for cases in sources.values() for o in cases])
+    print(render_fit(result))
+    if not args.write:
+        return 0
+    write_model(result, {})
+    sources = measure(quick=False)  # the engine now states the fitted confidence: measure what it states
+    print("# measured with the fitted confidence applied by the engine\n")
+    print(render_all(sources, args.cases))
+    write_model(result, {key: figures(cases) for key, cases in sources.items()})
+    print(f"wrote {MODEL_PATH.relative_to(REPO_ROOT)}")
     return 0
 
 
