@@ -54,6 +54,8 @@ from llmdiag.schema.confidence import FACTORS, ConfidenceModel, load_confidence_
 
 RECORDED = REPO_ROOT / "tests" / "fixtures" / "vllm-0.32.0"
 MODEL_PATH = REPO_ROOT / "rules" / "confidence.toml"
+# what makes a verdict or a case: a change there outside a commit is named in the weights file's provenance
+VERDICT_PATHS = ("llmdiag", "probes", "rules", "bench", "tests/fixtures")
 CLASSES = ("memory", "compute", "scheduling", "network", "healthy", "idle", "stalled")
 BUCKETS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # [0, 0.5), [0.5, 0.6) … [0.9, 1.0]
 # held out of any fit, chosen before fitting: whole presets and whole dialects
@@ -420,11 +422,11 @@ def _toml_value(value: object) -> str:
 
 
 def _git_head() -> str:
-    """The commit the fit ran on, marked when the tree differed from it (the weights file itself aside)."""
+    """The commit the fit ran on, marked when what makes a verdict differed from it (the weights file aside)."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
         diff = subprocess.run(
-            ["git", "diff", "--quiet", "HEAD", "--", ".", ":(exclude)rules/confidence.toml"], cwd=REPO_ROOT
+            ["git", "diff", "--quiet", "HEAD", "--", *VERDICT_PATHS, ":(exclude)rules/confidence.toml"], cwd=REPO_ROOT
         )
     except OSError:
         return ""
