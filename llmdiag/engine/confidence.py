@@ -28,6 +28,9 @@ STALL_CAPACITY_CAP = 0.45
 RIVAL_SHARE = 0.5
 # unknown names no class (an abstention, left out of the fit): its confidence stays low
 UNKNOWN_CONFIDENCE_CAP = 0.3
+# no core serving signal at all (a profiler trace, an NCCL log, a GPU snapshot alone): no labelled case is like it,
+# so the fit is not extrapolated there; such a verdict is stated no higher than even odds
+UNFITTED_CONFIDENCE_CAP = 0.5
 # never certain, never nothing
 CONFIDENCE_FLOOR, CONFIDENCE_CEILING = 0.05, 0.99
 FEW_SCRAPES = 5  # a window of fewer scrapes has few points for a mean or a trend
@@ -83,7 +86,8 @@ def factors(bottleneck: Bottleneck, choice: Choice, signals: SignalSet, core: Se
         out["single_dump"] = 1.0
     else:
         out["log_window"] = math.log1p(min(LONGEST_WINDOW_SECONDS, max(0.0, window.duration_seconds or 0.0)))
-        out["few_scrapes"] = float(window.scrapes < FEW_SCRAPES)
+        # a window read from a trace or a benchmark has no scrapes: few scrapes says nothing of it
+        out["few_scrapes"] = float(0 < window.scrapes < FEW_SCRAPES)
     out["sanity"] = float(any(f.category is Category.sanity for f in choice.findings))
     return out
 
@@ -124,12 +128,30 @@ def judge(bottleneck: Bottleneck, choice: Choice, signals: SignalSet, core: Sequ
     """The verdict's confidence (the fitted model, then the decided caps), its notes and its factors."""
     values = factors(bottleneck, choice, signals, core)
     score = probability(values)
+    notes = _notes(choice, signals, values)
     if bottleneck is Bottleneck.unknown:
         score = min(score, UNKNOWN_CONFIDENCE_CAP)
+    elif not values["coverage"] and score > UNFITTED_CONFIDENCE_CAP:
+        score = UNFITTED_CONFIDENCE_CAP
+        notes.append(
+            "no serving metric was read (no running, waiting, KV or token signal): the confidence is fitted on "
+            f"verdicts that had them, so it is stated no higher than {UNFITTED_CONFIDENCE_CAP:.1f}"
+        )
+    if choice.primary is not None and choice.rivals:
+        # the verdict's class and a rival are exclusive causes: their confidences share one probability
+        rival = max(rival_alone(f, values) for f in choice.rivals)
+        score = min(score, 1.0 - RIVAL_SHARE * min(rival, score))
     if signals.window.kind == "snapshot":
         score = min(score, SNAPSHOT_CONFIDENCE_CAP)
     score = max(CONFIDENCE_FLOOR, min(CONFIDENCE_CEILING, score))
-    return Judged(score, _notes(choice, signals, values), values)
+    return Judged(score, notes, values)
+
+
+def rival_alone(finding: Finding, base: dict[str, float] | None = None) -> float:
+    """What the model would give a finding as the verdict in this window (``base``: the verdict's factors; a clean
+    window without)."""
+    window = {**CLEAN_WINDOW, **(base or {}), "no_finding": 0.0, "idle": 0.0, "second_signal": 0.0, "rivals": 0.0}
+    return probability({**window, **_finding_factors(finding), "preview": float(is_preview(finding))})
 
 
 def terms(values: dict[str, float]) -> dict[str, ConfidenceFactor]:
@@ -147,7 +169,6 @@ def class_confidence(
     out: dict[str, float] = {}
     if bottleneck is Bottleneck.stalled:
         out[Bottleneck.stalled.value] = round(confidence, 2)
-    window = {**CLEAN_WINDOW, **(base or {}), "no_finding": 0.0, "idle": 0.0, "second_signal": 0.0}
     for finding in findings:
         name = finding.category.value
         if finding.category not in BOTTLENECK_CATEGORIES or finding.advisory or finding.stall or name in out:
@@ -155,8 +176,7 @@ def class_confidence(
         if name == bottleneck.value:
             out[name] = round(confidence, 2)
             continue
-        alone = probability({**window, **_finding_factors(finding), "preview": float(is_preview(finding))})
-        score = min(alone, confidence) * RIVAL_SHARE
+        score = min(rival_alone(finding, base), confidence) * RIVAL_SHARE
         if bottleneck is Bottleneck.stalled:
             score = min(score, STALL_CAPACITY_CAP)
         out[name] = round(score, 2)

@@ -13,6 +13,7 @@ from llmdiag.engine.causes import choose
 from llmdiag.engine.confidence import (
     SNAPSHOT_CONFIDENCE_CAP,
     STALL_CAPACITY_CAP,
+    UNFITTED_CONFIDENCE_CAP,
     UNKNOWN_CONFIDENCE_CAP,
     class_confidence,
     judge,
@@ -139,6 +140,32 @@ def test_beside_a_stall_every_capacity_class_stays_below_half_in_any_window():
     assert out["stalled"] == 0.99
     assert {"memory", "compute", "network"} <= set(out)
     assert all(out[c] <= STALL_CAPACITY_CAP < 0.5 for c in ("memory", "compute", "network"))
+
+
+def test_a_rival_class_takes_its_share_of_one_probability():
+    # memory does not explain compute (engine/causes.py): both stand unexplained, and both cannot be the cause
+    signals = make(**HEALTHY)
+    memory = finding("MEM999", Category.memory, Severity.critical, margin=3.0)
+    compute = finding("CMP999", Category.compute, Severity.critical, margin=3.0)
+    alone = judge(Bottleneck.memory, choose([memory]), signals, CORE_SIGNALS)
+    both = choose([memory, compute])
+    assert [f.code for f in both.rivals] == ["CMP999"]
+    shared = judge(Bottleneck.memory, both, signals, CORE_SIGNALS)
+    assert shared.score < alone.score
+    rival = class_confidence(Bottleneck.memory, shared.score, [memory, compute], shared.factors)["compute"]
+    assert rival > 0 and shared.score + rival <= 1.0
+    assert any("CMP999 (compute, critical) fired too" in note for note in shared.notes)
+
+
+def test_a_verdict_without_any_serving_metric_is_not_extrapolated_to():
+    # a profiler trace or an NCCL log alone: none of the core signals the fit was made on
+    signals = make(**HEALTHY)
+    link = finding("NET999", Category.network, Severity.critical, margin=9.0)
+    read = judge(Bottleneck.network, choose([link]), signals, CORE_SIGNALS)
+    unread = judge(Bottleneck.network, choose([link]), signals, ["no_such_signal"])
+    assert unread.factors["coverage"] == 0.0 and read.factors["coverage"] == 1.0
+    assert read.score > UNFITTED_CONFIDENCE_CAP >= unread.score
+    assert any("no serving metric was read" in note for note in unread.notes)
 
 
 # --- the verdict carries its factors ---------------------------------------------------------------------------
