@@ -47,6 +47,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: bench/ and tests/ import 
 
 from bench.calib_fit import FEATURES, RIDGE, fit, predict  # noqa: E402
 from bench.calib_grid import MIXED, GridSpec, cases_of, run_one  # noqa: E402
+from llmdiag.engine.confidence import LOG_PROBE_SUFFIX  # noqa: E402
 from llmdiag.model import Verdict  # noqa: E402
 from llmdiag.render.files import write_atomic  # noqa: E402
 from llmdiag.schema.base import parse_toml  # noqa: E402
@@ -80,6 +81,7 @@ class Outcome:
     confidence: float
     held_out: bool = False
     factors: dict[str, float] = field(default_factory=dict)
+    from_logs: bool = False  # judged from a server log (the engine's from_logs), not from metrics pages
 
     @property
     def right(self) -> bool:
@@ -153,10 +155,15 @@ def field_outcomes() -> list[Outcome]:
         if truth not in CLASSES or score.bottleneck is None or score.confidence is None:
             continue
         try:
-            verdict_factors = factors(Verdict.model_validate(run.verdict))
+            verdict = Verdict.model_validate(run.verdict)
         except ValidationError:
-            verdict_factors = {}
-        out.append(Outcome("field", case.name, truth, score.bottleneck, float(score.confidence), True, verdict_factors))
+            verdict_factors, logs = {}, False
+        else:
+            verdict_factors = factors(verdict)
+            logs = bool(verdict.coverage.probes) and verdict.coverage.probes[0].probe.endswith(LOG_PROBE_SUFFIX)
+        out.append(
+            Outcome("field", case.name, truth, score.bottleneck, float(score.confidence), True, verdict_factors, logs)
+        )
     return out
 
 
@@ -541,7 +548,10 @@ def main(argv: list[str] | None = None) -> int:
     sources = measure(quick=False)  # the engine now states the fitted confidence: measure what it states
     print("# measured with the fitted confidence applied by the engine\n")
     print(render_all(sources, args.cases))
-    write_model(result, {key: figures(cases) for key, cases in sources.items()})
+    measured = {key: figures(cases) for key, cases in sources.items()}
+    # the engine caps a verdict read from a server log at this accuracy: the fit saw no log (llmdiag.engine.confidence)
+    measured["field_logs"] = figures([o for o in sources["field"] if o.from_logs])
+    write_model(result, measured)
     print(f"wrote {MODEL_PATH.relative_to(REPO_ROOT)}")
     return 0
 

@@ -31,6 +31,11 @@ UNKNOWN_CONFIDENCE_CAP = 0.3
 # no core serving signal at all (a profiler trace, an NCCL log, a GPU snapshot alone): no labelled case is like it,
 # so the fit is not extrapolated there; such a verdict is stated no higher than even odds
 UNFITTED_CONFIDENCE_CAP = 0.5
+# a server log is read by a probe whose name ends so (vllm-log, sglang-log, …)
+LOG_PROBE_SUFFIX = "-log"
+# the fit saw no server log: a verdict read from one is stated no higher than the share of the field corpus's log
+# cases that llmdiag names right (measured by bench/calibration.py --fit --write, provenance.measured.field_logs)
+FIELD_LOGS = "field_logs"
 # never certain, never nothing
 CONFIDENCE_FLOOR, CONFIDENCE_CEILING = 0.05, 0.99
 FEW_SCRAPES = 5  # a window of fewer scrapes has few points for a mean or a trend
@@ -124,6 +129,16 @@ def _notes(choice: Choice, signals: SignalSet, values: dict[str, float]) -> list
     return notes
 
 
+def from_logs(signals: SignalSet) -> bool:
+    """Judged from a server log's stat lines, not from metrics pages."""
+    return bool(signals.sources) and signals.sources[0].probe.endswith(LOG_PROBE_SUFFIX)
+
+
+def _log_cap() -> tuple[float, int] | None:
+    measured = load_confidence_model().provenance.measured.get(FIELD_LOGS)
+    return (measured.accuracy, measured.cases) if measured is not None and measured.cases else None
+
+
 def judge(bottleneck: Bottleneck, choice: Choice, signals: SignalSet, core: Sequence[str]) -> Judged:
     """The verdict's confidence (the fitted model, then the decided caps), its notes and its factors."""
     values = factors(bottleneck, choice, signals, core)
@@ -136,6 +151,12 @@ def judge(bottleneck: Bottleneck, choice: Choice, signals: SignalSet, core: Sequ
         notes.append(
             "no serving metric was read (no running, waiting, KV or token signal): the confidence is fitted on "
             f"verdicts that had them, so it is stated no higher than {UNFITTED_CONFIDENCE_CAP:.1f}"
+        )
+    elif from_logs(signals) and (cap := _log_cap()) is not None and score > cap[0]:
+        score = cap[0]
+        notes.append(
+            f"read from a server log: the confidence is fitted on metrics pages, and llmdiag names the class right in "
+            f"{cap[0]:.0%} of the {cap[1]} field log cases it is measured on, so it is stated no higher"
         )
     if choice.primary is not None and choice.rivals:
         # the verdict's class and a rival are exclusive causes: their confidences share one probability

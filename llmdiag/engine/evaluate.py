@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from llmdiag.config import Settings
 from llmdiag.engine.causes import Choice, choose
-from llmdiag.engine.confidence import class_confidence, judge, terms
+from llmdiag.engine.confidence import class_confidence, from_logs, judge, terms
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.fixes import engine_fixes, engine_of, fixes_for
 from llmdiag.errors import option
@@ -116,12 +116,8 @@ def render_summary(template: str, signals: SignalSet) -> str:
     return PLACEHOLDER_RE.sub(fill, template)
 
 
-def _from_logs(signals: SignalSet) -> bool:
-    return bool(signals.sources) and signals.sources[0].probe.endswith("-log")
-
-
 def _core_signals(signals: SignalSet) -> tuple[str, ...]:
-    return LOG_CORE_SIGNALS if _from_logs(signals) else CORE_SIGNALS
+    return LOG_CORE_SIGNALS if from_logs(signals) else CORE_SIGNALS
 
 
 def evaluate_rule(
@@ -317,7 +313,7 @@ def _class_summary(
             f"Idle: no request ran, waited or produced a token in the {duration:.0f} s window{besides}; "
             "nothing to diagnose."
         )
-    if bottleneck is Bottleneck.healthy and _from_logs(signals):
+    if bottleneck is Bottleneck.healthy and from_logs(signals):
         return render_summary(
             "Healthy: {generation_tokens_per_second.rate:.0f} output tokens/s across "
             "{requests_running_avg.value:.1f} running requests ({per_user_tokens_per_second.value:.0f} tokens/s "

@@ -168,6 +168,26 @@ def test_a_verdict_without_any_serving_metric_is_not_extrapolated_to():
     assert any("no serving metric was read" in note for note in unread.notes)
 
 
+def test_a_verdict_read_from_a_log_is_stated_no_higher_than_the_field_logs_measured(monkeypatch):
+    # the fit saw no server log; the field corpus's log cases say how often a log verdict is right
+    import llmdiag.engine.confidence as confidence_module
+    from llmdiag.model import SourceInfo
+    from llmdiag.schema.confidence import Measured
+
+    real = load_confidence_model()
+    measured = {**real.provenance.measured, "field_logs": Measured(cases=12, accuracy=0.75, brier=0.2)}
+    model = real.model_copy(update={"provenance": real.provenance.model_copy(update={"measured": measured})})
+    monkeypatch.setattr(confidence_module, "load_confidence_model", lambda: model)
+    memory = finding("MEM999", Category.memory, Severity.critical, margin=3.0)
+    pages = make(**HEALTHY)
+    log = make(**HEALTHY)
+    log.sources = [SourceInfo(probe="vllm-log")]
+    from_pages = judge(Bottleneck.memory, choose([memory]), pages, CORE_SIGNALS)
+    from_log = judge(Bottleneck.memory, choose([memory]), log, CORE_SIGNALS)
+    assert from_pages.score > 0.75 and from_log.score == 0.75
+    assert any("75% of the 12 field log cases" in note for note in from_log.notes)
+
+
 # --- the verdict carries its factors ---------------------------------------------------------------------------
 
 
