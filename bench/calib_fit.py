@@ -1,16 +1,21 @@
-"""A small, explainable fit of a verdict's confidence factors (bench/calibration.py ``--fit``): a logistic model
-P(right) = σ(Σ wᵢ·xᵢ) over the factors ``calibration.factors`` reads from each verdict (the primary finding's severity
-or none, core-signal coverage, margin past the critical threshold, rival classes, log window length, a single dump,
-sanity findings), fitted by Newton's method with a ridge penalty on the cases that are not held out, and scored on
-the held-out ones beside the confidence llmdiag states today (``calibration.report_fit``). A proposal to read, not
-applied anywhere."""
+"""The fit behind a verdict's confidence (bench/calibration.py ``--fit``): a logistic model P(right) = σ(Σ wᵢ·xᵢ) over
+the factors the engine reads at verdict time (llmdiag.engine.confidence.factors, named in
+llmdiag.schema.confidence.FACTORS), fitted by Newton's method with a ridge penalty and a weight per case.
+
+A factor whose direction physics or logic fixes (FACTORS' sign: more coverage does not lower, a rival does not
+raise …) is held to it: where the unconstrained fit gives it the wrong sign, the cases carry no evidence for its
+effect, and it is dropped (weight 0) and the rest refitted, until every weight has its sign.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-FEATURES = ("critical", "warning", "no_finding", "coverage", "margin", "rivals", "log_window", "single_dump", "sanity")
+from llmdiag.engine.confidence import probability
+from llmdiag.schema.confidence import FACTORS
+
+FEATURES = tuple(FACTORS)
 RIDGE = 1.0  # keeps the weights finite where a factor separates right from wrong perfectly
 ITERATIONS = 25
 
@@ -20,7 +25,7 @@ def _sigmoid(z: float) -> float:
 
 
 def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
-    """Gaussian elimination with partial pivoting (a 9 × 9 system)."""
+    """Gaussian elimination with partial pivoting (a system the size of FEATURES)."""
     n = len(vector)
     a = [row[:] + [v] for row, v in zip(matrix, vector, strict=True)]
     for col in range(n):
@@ -36,25 +41,46 @@ def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
     return x
 
 
-def fit(rows: Sequence[dict[str, float]], labels: Sequence[bool]) -> dict[str, float]:
-    """Ridge-penalised logistic regression by Newton's method; the weights by factor name."""
-    xs = [[row.get(name, 0.0) for name in FEATURES] for row in rows]
-    w = [0.0] * len(FEATURES)
+def _newton(xs: list[list[float]], labels: Sequence[bool], case_weights: Sequence[float]) -> list[float]:
+    """Ridge-penalised, case-weighted logistic regression on the columns of ``xs``."""
+    k = len(xs[0]) if xs else 0
+    w = [0.0] * k
     for _ in range(ITERATIONS):
         grad = [RIDGE * wi for wi in w]
-        hess = [[RIDGE if i == j else 0.0 for j in range(len(w))] for i in range(len(w))]
-        for x, y in zip(xs, labels, strict=True):
+        hess = [[RIDGE if i == j else 0.0 for j in range(k)] for i in range(k)]
+        for x, y, c in zip(xs, labels, case_weights, strict=True):
             p = _sigmoid(sum(wi * xi for wi, xi in zip(w, x, strict=True)))
             for i, xi in enumerate(x):
-                grad[i] += (p - float(y)) * xi
+                grad[i] += c * (p - float(y)) * xi
                 for j, xj in enumerate(x):
-                    hess[i][j] += p * (1 - p) * xi * xj
+                    hess[i][j] += c * p * (1 - p) * xi * xj
         step = _solve(hess, grad)
         w = [wi - si for wi, si in zip(w, step, strict=True)]
         if max(abs(s) for s in step) < 1e-8:
             break
-    return dict(zip(FEATURES, w, strict=True))
+    return w
+
+
+def fit(
+    rows: Sequence[dict[str, float]], labels: Sequence[bool], case_weights: Sequence[float] | None = None
+) -> tuple[dict[str, float], list[str]]:
+    """The weights by factor name, and the factors dropped because the cases gave them the wrong sign."""
+    weights = list(case_weights) if case_weights is not None else [1.0] * len(rows)
+    free = list(FEATURES)
+    dropped: list[str] = []
+    while True:
+        xs = [[row.get(name, 0.0) for name in free] for row in rows]
+        fitted = dict(zip(free, _newton(xs, labels, weights), strict=True))
+        wrong = [n for n in free if FACTORS[n][1] * fitted[n] < 0]
+        if not wrong:
+            break
+        # the worst offender first: dropping one factor can set another right
+        worst = max(wrong, key=lambda n: abs(fitted[n]))
+        free.remove(worst)
+        dropped.append(worst)
+    return {name: fitted.get(name, 0.0) for name in FEATURES}, dropped
 
 
 def predict(weights: dict[str, float], row: dict[str, float]) -> float:
-    return _sigmoid(sum(weights[name] * row.get(name, 0.0) for name in FEATURES))
+    """The model alone (the engine's formula), before the decided caps."""
+    return probability(row, weights)

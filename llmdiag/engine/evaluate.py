@@ -13,7 +13,8 @@ import re
 from collections.abc import Callable
 
 from llmdiag.config import Settings
-from llmdiag.engine.causes import STALL, Choice, choose, is_preview, why
+from llmdiag.engine.causes import Choice, choose
+from llmdiag.engine.confidence import class_confidence, from_logs, judge, terms
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.fixes import engine_fixes, engine_of, fixes_for
 from llmdiag.errors import option
@@ -64,22 +65,6 @@ NOT_EVALUATED_REASON: dict[Category, Callable[[], str]] = {
     ),
 }
 TELEMETRY_PROBES = {Category.network: frozenset({"dcgm", "nvml"})}
-# beside a stall, no capacity class is the cause: each stays below this (a hang is a bug, not a limit)
-STALL_CAPACITY_CAP = 0.45
-# a class that fired but lost to the verdict's class: at most this share of the confidence it would have had
-RIVAL_SHARE = 0.5
-# where a finding alone starts, by severity; a preview rule's (``status = "preview"``: not yet proven on field data)
-# at PREVIEW_WEIGHT of that, and a class that only preview rules found stays below "high" (0.75)
-ALONE = {Severity.critical: 0.85, Severity.warning: 0.65}
-PREVIEW_WEIGHT = 0.85
-PREVIEW_ONLY_CAP = 0.7
-# a second finding of the verdict's class that reads a different signal: independent evidence for the same cause
-SECOND_SIGNAL_BONUS = 0.05
-# a rival class (one the verdict's class does not explain) fired: at the verdict's severity, or one lower
-RIVAL_PENALTY = {True: 0.15, False: 0.1}
-# one moment (no rates, no trend) cannot tell a lasting limit from a passing state or a hang that began after it:
-# its class is named, below the 0.5 from which a verdict counts as confident (the standard: windows, not samples)
-SNAPSHOT_CONFIDENCE_CAP = 0.45
 
 
 def _lookup(signals: SignalSet, ref: SignalRef) -> tuple[float | None, str]:
@@ -131,12 +116,8 @@ def render_summary(template: str, signals: SignalSet) -> str:
     return PLACEHOLDER_RE.sub(fill, template)
 
 
-def _from_logs(signals: SignalSet) -> bool:
-    return bool(signals.sources) and signals.sources[0].probe.endswith("-log")
-
-
 def _core_signals(signals: SignalSet) -> tuple[str, ...]:
-    return LOG_CORE_SIGNALS if _from_logs(signals) else CORE_SIGNALS
+    return LOG_CORE_SIGNALS if from_logs(signals) else CORE_SIGNALS
 
 
 def evaluate_rule(
@@ -302,92 +283,10 @@ def _idleness(signals: SignalSet) -> tuple[bool | None, str]:
     )
 
 
-def alone(finding: Finding) -> float:
-    """Where a finding starts as the verdict: by its severity, less for a preview rule."""
-    return ALONE[finding.severity] * (PREVIEW_WEIGHT if is_preview(finding) else 1.0)
-
-
-def _class_score(choice: Choice) -> tuple[float, list[str]]:
-    """The verdict's class on the findings alone: its primary, independent support, symptoms and rivals."""
-    primary = choice.primary
-    assert primary is not None
-    notes: list[str] = []
-    score = alone(primary)
-    same = [f for f in choice.findings if f.category is primary.category and not f.advisory]
-    # CMP003/CMP004 read CMP001's inter-token mean again: a second finding counts only on a signal of its own
-    ladders = {f.evidence[0].signal if f.evidence else f.code for f in same}
-    if len(ladders) > 1:
-        score += SECOND_SIGNAL_BONUS
-    for symptom, cause in choice.symptoms:
-        notes.append(
-            f"{symptom.code} ({symptom.category.value}) beside a stall: a symptom of the hang, not a limit"
-            if cause == STALL
-            else f"{symptom.code} ({symptom.category.value}) is a symptom of {cause}: "
-            f"{why(Category(cause), symptom.category)}"
-        )
-    if choice.rivals:
-        strongest = max(choice.rivals, key=lambda f: f.severity.rank)
-        score -= RIVAL_PENALTY[strongest.severity.rank >= primary.severity.rank]
-        notes.append(
-            f"{strongest.code} ({strongest.category.value}, {strongest.severity.value}) fired too, and "
-            f"{primary.category.value} does not explain it: {strongest.category.value} may share the blame"
-        )
-    preview = [f.code for f in same if is_preview(f)]
-    if is_preview(primary):
-        notes.append(
-            f"{primary.code} is a preview rule, not yet proven on field data: it weighs {PREVIEW_WEIGHT:.0%} of a "
-            "stable rule"
-        )
-    if len(preview) == len(same):
-        score = min(score, PREVIEW_ONLY_CAP)
-    return score, notes
-
-
 def confidence(bottleneck: Bottleneck, choice: Choice, signals: SignalSet) -> tuple[float, list[str]]:
-    """How far the verdict can be trusted, and the notes that say what lowered it."""
-    findings = choice.findings
-    notes: list[str] = []
-    core = _core_signals(signals)
-    available = [n for n in core if (s := signals.get(n)) is not None and s.unavailable is None]
-    coverage = len(available) / len(core)
-    if choice.primary is not None:
-        score, notes = _class_score(choice)
-    else:
-        score = {Bottleneck.idle: 0.9, Bottleneck.healthy: 0.8}.get(bottleneck, 0.3)
-    score *= 0.6 + 0.4 * coverage
-    if any(f.category is Category.sanity for f in findings):
-        score -= 0.15
-        notes.append("metric sanity findings: some numbers are not trustworthy")
-    if signals.window.kind == "lifetime":
-        score -= 0.2
-        notes.append("judged from lifetime averages of one dump, not a live window")
-    elif signals.window.kind == "snapshot":
-        score = min(score, SNAPSHOT_CONFIDENCE_CAP)
-        notes.append("judged from one snapshot: gauges at one moment, no rates and no trend")
-    elif signals.window.scrapes < 5:
-        score -= 0.1
-        notes.append(f"only {signals.window.scrapes} scrapes in the window")
-    return max(0.05, min(0.99, score)), notes
-
-
-def _class_confidence(bottleneck: Bottleneck, confidence: float, findings: list[Finding]) -> dict[str, float]:
-    """How far each class that fired can be trusted as the cause: the verdict's class at the verdict's confidence,
-    a rival at most half of what it would have had as the verdict, every capacity class below 0.5 beside a stall."""
-    out: dict[str, float] = {}
-    if bottleneck is Bottleneck.stalled:
-        out[Bottleneck.stalled.value] = round(confidence, 2)
-    for finding in findings:
-        name = finding.category.value
-        if finding.category not in BOTTLENECK_CATEGORIES or finding.advisory or finding.stall or name in out:
-            continue
-        if name == bottleneck.value:
-            out[name] = round(confidence, 2)
-            continue
-        score = min(alone(finding), confidence) * RIVAL_SHARE
-        if bottleneck is Bottleneck.stalled:
-            score = min(score, STALL_CAPACITY_CAP)
-        out[name] = round(score, 2)
-    return out
+    """How far the verdict can be trusted (the fitted model: llmdiag.engine.confidence), and what lowered it."""
+    judged = judge(bottleneck, choice, signals, _core_signals(signals))
+    return judged.score, judged.notes
 
 
 def _summary(
@@ -414,7 +313,7 @@ def _class_summary(
             f"Idle: no request ran, waited or produced a token in the {duration:.0f} s window{besides}; "
             "nothing to diagnose."
         )
-    if bottleneck is Bottleneck.healthy and _from_logs(signals):
+    if bottleneck is Bottleneck.healthy and from_logs(signals):
         return render_summary(
             "Healthy: {generation_tokens_per_second.rate:.0f} output tokens/s across "
             "{requests_running_avg.value:.1f} running requests ({per_user_tokens_per_second.value:.0f} tokens/s "
@@ -554,7 +453,8 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
             bottleneck = Bottleneck.healthy
         else:
             bottleneck = Bottleneck.unknown
-    score, notes = confidence(bottleneck, choice, signals)
+    judged = judge(bottleneck, choice, signals, _core_signals(signals))
+    score, notes = judged.score, judged.notes
     if bottleneck in (Bottleneck.healthy, Bottleneck.idle):
         notes = stand_in_notes + notes
     if primary is None and idle is False and idle_why:
@@ -572,5 +472,6 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
         experience=_experience(signals),
         signals=signals.signals,
         notes=notes + signals.anomalies,
-        class_confidence=_class_confidence(bottleneck, round(score, 2), findings),
+        class_confidence=class_confidence(bottleneck, round(score, 2), findings, judged.factors),
+        confidence_factors=terms(judged.factors),
     )

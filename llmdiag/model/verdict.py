@@ -136,6 +136,14 @@ class Roofline(BaseModel):
     bound_by: str  # what sets the ceiling at this batch: compute (math) or hbm_bandwidth, interconnect …
 
 
+class ConfidenceFactor(BaseModel):
+    """One factor of the fitted confidence (llmdiag.engine.confidence): its value here and its fitted weight; the
+    confidence is σ(Σ value·weight), then the decided caps (one snapshot, unknown)."""
+
+    value: float
+    weight: float
+
+
 class Verdict(Report):
     target: str = ""
     bottleneck: Bottleneck
@@ -152,6 +160,8 @@ class Verdict(Report):
     # how far each bottleneck class that fired can be trusted as the cause: the verdict's own class has the verdict's
     # confidence; beside a stall every capacity class stays below 0.5 (a hang is not a capacity limit)
     class_confidence: dict[str, float] = Field(default_factory=dict)
+    # what the confidence is made of (empty in a result saved before the confidence was fitted)
+    confidence_factors: dict[str, ConfidenceFactor] = Field(default_factory=dict)
 
     @property
     def snapshot(self) -> bool:

@@ -28,6 +28,8 @@ _parse = parse_toml
 
 # probes/*.toml that are data tables, not probe specs: each is read by its own model and loader
 DATA_TABLES = frozenset({"collectives", "links", "logs", "signals"})
+# rules/*.toml that are not rules: the fitted confidence model (llmdiag.schema.confidence)
+RULE_DATA = frozenset({"confidence.toml"})
 
 
 def _walk_toml(root: Traversable, prefix: str = "") -> list[tuple[str, Traversable]]:
@@ -62,6 +64,8 @@ def load_rules() -> tuple[RuleSpec, ...]:
     rules: list[RuleSpec] = []
     seen: dict[str, str] = {}
     for rel, entry in _walk_toml(resources.files("llmdiag.rules")):
+        if rel in RULE_DATA:
+            continue
         path = f"rules/{rel}"
         rule = parse_rule(path, entry.read_text(encoding="utf-8"))
         if rule.code in seen:

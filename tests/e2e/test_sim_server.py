@@ -351,8 +351,8 @@ def test_preset_network_scans_network(tmp_path):
     assert evidence[("interconnect_bytes_per_second", "value")]["value"] >= 0.2 * link.bandwidth_bytes_per_second
     assert evidence[("pcie_tx_bytes_per_second", "mean")]["source"].startswith("dcgm /metrics: DCGM_FI_PROF_PCIE")
     assert evidence[("nvlink_tx_bytes_per_second", "mean")]["value"] is None  # a PCIe box: no NVLink fields
-    # every network rule is still in preview: the class is named with confidence, but never "high" on them alone
-    assert 0.5 <= verdict["confidence"] < 0.75 and verdict["confidence_label"] == "medium", describe(verdict)
+    # every network rule is still in preview: the class is named with confidence, and the preview factor says so
+    assert verdict["confidence"] >= 0.5 and verdict["confidence_factors"]["preview"]["value"] == 1.0, describe(verdict)
     assert any(note.startswith("NET001 is a preview rule") for note in verdict["notes"])
 
 

@@ -12,6 +12,8 @@ import pytest
 from bench import calib_fit, calibration
 from bench.calib_grid import MIXED, GridSpec, Noise, run_one, truth_of
 from llmdiag.collect.exposition import parse_exposition
+from llmdiag.schema.base import parse_toml
+from llmdiag.schema.confidence import ConfidenceModel
 
 
 def _outcome(truth: str, said: str, confidence: float, **factors: float) -> calibration.Outcome:
@@ -91,8 +93,57 @@ def test_the_fit_finds_the_direction_each_factor_was_given():
         p -= 0.3 * row["sanity"]
         rows.append(row)
         labels.append(rng.random() < p)
-    weights = calib_fit.fit(rows, labels)
-    assert weights["sanity"] < -0.5 and weights["critical"] > weights["warning"]
+    weights, dropped = calib_fit.fit(rows, labels)
+    assert weights["sanity"] < -0.5 and weights["critical"] > weights["warning"] and dropped == []
     typical = {"critical": 1.0, "coverage": 1.0}
     assert calib_fit.predict(weights, typical) == pytest.approx(0.95, abs=0.06)
     assert not math.isnan(calib_fit.predict(weights, {**typical, "sanity": 1.0}))
+
+
+def test_a_factor_the_cases_give_the_wrong_sign_is_dropped_not_fitted():
+    # cases where a rival class firing goes with being right more often: logic says a rival never raises the
+    # confidence, so the fit holds it at 0 rather than learn the accident
+    rng = random.Random(1)
+    rows, labels = [], []
+    for _ in range(300):
+        row = {"critical": 1.0, "coverage": 1.0, "rivals": float(rng.random() < 0.5)}
+        rows.append(row)
+        labels.append(rng.random() < (0.95 if row["rivals"] else 0.6))
+    weights, dropped = calib_fit.fit(rows, labels)
+    assert dropped == ["rivals"] and weights["rivals"] == 0.0
+
+
+def test_the_real_recordings_count_as_much_as_the_sim_grid_and_unknowns_are_not_fitted():
+    real = [calibration.Outcome("real", f"r{i}", "memory", "memory", 0.5, factors={"critical": 1.0}) for i in range(2)]
+    sim = [calibration.Outcome("sim", f"s{i}", "memory", "memory", 0.5, factors={"critical": 1.0}) for i in range(8)]
+    weights = calibration.case_weights([*real, *sim])
+    assert sum(weights[:2]) == pytest.approx(sum(weights[2:])) and sum(weights) == pytest.approx(10)
+    held = calibration.Outcome("sim", "h", "memory", "memory", 0.5, held_out=True, factors={"critical": 1.0})
+    unknown = calibration.Outcome("sim", "u", "memory", "unknown", 0.3, factors={"no_finding": 1.0})
+    field = calibration.Outcome("field", "f", "memory", "memory", 0.5, held_out=True, factors={"critical": 1.0})
+    result = calibration.fit_confidence([*real, *sim, held, unknown, field])
+    assert [o.name for o in result.train] == [o.name for o in [*real, *sim]]
+
+
+def test_the_written_model_is_one_the_engine_loads(tmp_path):
+    rows = [calibration.Outcome("real", "r", "memory", "memory", 0.5, factors={"critical": 1.0})] * 3
+    rows.append(calibration.Outcome("sim", "s", "memory", "healthy", 0.5, factors={"critical": 1.0}))
+    result = calibration.fit_confidence(rows)
+    figures = calibration.figures(rows)
+    assert (figures["cases"], figures["accuracy"]) == (4, 0.75)
+    path = tmp_path / "confidence.toml"
+    calibration.write_model(result, {"real": figures}, path)
+    model = parse_toml(ConfidenceModel, "rules/confidence.toml", path.read_text(encoding="utf-8"))
+    assert model.weights == {name: round(w, 4) for name, w in result.weights.items()}
+    assert (model.provenance.real_cases, model.provenance.sim_cases) == (3, 1)
+    assert model.provenance.held_out_presets == list(calibration.HELD_OUT_PRESETS)
+    assert model.provenance.measured["real"].accuracy == 0.75
+
+
+def test_the_quick_run_prints_every_source_and_the_fit(capsys):
+    assert calibration.main(["--quick", "--fit"]) == 0
+    out = capsys.readouterr().out
+    assert "## real (vLLM 0.32 recordings)" in out and "## summary" in out
+    assert "| factor | what it is | weight |" in out
+    with pytest.raises(SystemExit):
+        calibration.main(["--quick", "--fit", "--write"])  # never written from the tiny grid

@@ -414,7 +414,7 @@ def test_a_mean_ttft_shorter_than_one_forward_pass_is_a_sanity_finding():
 
 
 def test_beside_a_stall_no_capacity_class_reaches_half_even_when_every_one_fires_critical():
-    from llmdiag.engine.evaluate import _class_confidence
+    from llmdiag.engine.confidence import class_confidence as _class_confidence
     from llmdiag.model import Category, Finding, Severity
 
     def finding(code: str, category: Category, stall: bool = False) -> Finding:
