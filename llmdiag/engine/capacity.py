@@ -506,6 +506,10 @@ def roofline_for_window(dep: Deployment, signals: SignalSet) -> Roofline | None:
 
     batch = value("requests_running_avg", "value")
     measured = value("generation_tokens_per_second", "rate")
+    itl = value("itl_seconds", "mean")
+    if measured is None and batch and itl:
+        # no output-token counter (TGI, Triton): each decode step makes one token per running request
+        measured = batch / itl
     prompt = value("prompt_length_tokens", "mean")
     output = value("output_length_tokens", "mean")
     if not batch or not measured or prompt is None or output is None:
