@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from llmdiag.api.scan import place_under_ceiling
 from llmdiag.config import DEFAULT_SLO_TPOT_SECONDS, Settings, load_settings
+from llmdiag.engine.capacity import deployment_seen
 from llmdiag.engine.evaluate import build_verdict
 from llmdiag.errors import ConfigError
-from llmdiag.model import Bottleneck, Signal, SignalSet, Verdict
+from llmdiag.model import Bottleneck, Signal, SignalSet, SourceInfo, Verdict
 from tests.unit.engine.test_stalls import Readings
 
 # the batch steps up through four levels over a 20 s window, as a load that ramps does
@@ -182,3 +184,54 @@ def test_with_both_seen_sch006_names_the_process_and_the_stand_ins_step_aside():
     verdict = build_verdict(signals)
     assert finding_evidence(verdict, "SCH006")["busiest_server_process_cpu_cores.mean"] == pytest.approx(0.99)
     assert not codes(verdict) & {"SCH013", "SCH014"}
+
+
+# --- the deployment without flags -----------------------------------------------------------------------------------
+
+
+def sources(gpu_names: list[str], served: str) -> SignalSet:
+    """A vLLM page serving ``served`` and a dcgm-exporter page whose modelName labels are ``gpu_names``."""
+    from llmdiag.collect.telemetry.nvidia_smi import gpus_config
+
+    return SignalSet(
+        sources=[
+            SourceInfo(probe="vllm", models=[served]),
+            SourceInfo(probe="dcgm", server="dcgm-exporter", config=gpus_config(gpu_names)),
+        ]
+    )
+
+
+def test_one_known_gpu_serving_a_known_model_is_the_deployment():
+    deployment, where = deployment_seen(sources(["NVIDIA L4"], "meta-llama/Meta-Llama-3-8B-Instruct"))
+    assert deployment is not None, where
+    assert (deployment.gpu.name, deployment.model.name, deployment.tp) == ("L4", "llama-3-8b", 1)
+    assert "dcgm" in where and "meta-llama/Meta-Llama-3-8B-Instruct" in where and "one GPU seen" in where
+
+
+@pytest.mark.parametrize(
+    ("gpus", "served", "why"),
+    [
+        (["NVIDIA H100 80GB HBM3"] * 8, "meta-llama/Meta-Llama-3-8B-Instruct", "tensor-parallel size"),
+        (["NVIDIA A800-SXM4-80GB"], "meta-llama/Meta-Llama-3-8B-Instruct", "not in the GPU table"),
+        (["NVIDIA L4"], "my-finetune", "not in the model table"),
+        ([], "meta-llama/Meta-Llama-3-8B-Instruct", "no GPU seen"),
+    ],
+)
+def test_no_deployment_is_guessed(gpus: list[str], served: str, why: str):
+    signals = sources(gpus, served) if gpus else SignalSet(sources=[SourceInfo(probe="vllm", models=[served])])
+    deployment, where = deployment_seen(signals)
+    assert deployment is None and why in where
+
+
+def test_the_seen_deployment_places_the_decode_rate_and_says_where_it_came_from():
+    signals = scan(STEADY, flat(0.07))
+    signals.sources += sources(["NVIDIA L4"], "meta-llama/Meta-Llama-3-8B-Instruct").sources
+    signals.sources[0].models = ["meta-llama/Meta-Llama-3-8B-Instruct"]
+    for name, mean in (("prompt_length_tokens", 512.0), ("output_length_tokens", 128.0)):
+        signals.add(Signal(name=name, kind="histogram", unit="tokens", stats={"mean": mean, "count": 10.0}))
+    roofline = place_under_ceiling(signals, None)
+    assert roofline is not None and (roofline.gpu, roofline.model, roofline.tp) == ("L4", "llama-3-8b", 1)
+    # the measured rate is the window's: its running requests over its step
+    assert roofline.measured_tokens_per_second == pytest.approx(16 / 0.07)
+    assert signals.signals["roofline_fraction_ratio"].stats["value"] == roofline.fraction_of_ceiling_ratio
+    assert any(s.probe == "deployment" and "dcgm" in s.note for s in signals.sources)
