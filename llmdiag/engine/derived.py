@@ -794,6 +794,95 @@ def roofline_fraction(signals: SignalSet) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+# slow steps against the SLO, and the proof that the step is the wall (CMP001, CMP008, SCH013)
+
+
+@derived("itl_mean_over_slo_tpot_ratio", formula="itl_seconds.mean / slo_tpot_seconds (the user's TPOT SLO)")
+def itl_mean_over_slo_tpot(signals: SignalSet) -> float:
+    return need(signals, "itl_seconds", "mean") / need(signals, "slo_tpot_seconds", "value")
+
+
+# a fit of the step against the batch needs this many intervals, over a batch that varied by at least this much
+STEP_FIT_MIN_INTERVALS = 4
+STEP_FIT_MIN_BATCH_SPREAD = 1.5  # largest over smallest batch
+
+
+def _itl_by_batch(signals: SignalSet) -> list[tuple[float, float]]:
+    """(requests running, seconds between one request's tokens) per interval between readings. Each decode step
+    makes one token per running request, so the interval's running requests over its output tokens/s is its step
+    time: no histogram needed, and every server and log has both."""
+    if signals.window.kind != "window":
+        raise Missing("one dump: the step's growth with the batch shows only between readings over time")
+    rate = signals.get("generation_tokens_per_second")
+    running = signals.get("requests_running")
+    if rate is None or running is None or rate.unavailable is not None or running.unavailable is not None:
+        raise Missing("no output tokens/s or running requests reading by reading")
+    gauge, rates = sorted(running.samples), sorted(rate.samples)
+    points = []
+    for index, (at, tokens_per_second) in enumerate(rates):
+        now = _value_at(gauge, at)
+        before = _value_at(gauge, rates[index - 1][0]) if index > 0 else None
+        batch = now if before is None or now is None else (now + before) / 2  # the interval's mean, roughly
+        if batch is not None and batch >= 1 and tokens_per_second > 0:
+            points.append((batch, batch / tokens_per_second))
+    if len(points) < STEP_FIT_MIN_INTERVALS:
+        raise Missing(f"{len(points)} intervals decoded: a fit against the batch needs {STEP_FIT_MIN_INTERVALS}")
+    smallest, largest = min(b for b, _ in points), max(b for b, _ in points)
+    if largest < STEP_FIT_MIN_BATCH_SPREAD * smallest:
+        raise Missing(f"the batch held at {smallest:.3g}-{largest:.3g} requests: too little spread to fit against")
+    return points
+
+
+@derived(
+    "itl_seconds_per_running_request",
+    formula="least-squares slope of the step time (running requests / output tokens/s, interval by interval) "
+    "against the running requests",
+)
+def itl_per_running_request(signals: SignalSet) -> float:
+    slope, _, _ = _fit(_itl_by_batch(signals))
+    return slope
+
+
+@derived("itl_seconds_per_running_request_r2", formula="R² of that fit (1: the batch explains all of its spread)")
+def itl_per_running_request_r2(signals: SignalSet) -> float:
+    _, _, r2 = _fit(_itl_by_batch(signals))
+    return r2
+
+
+# the proofs that the step itself is the wall: decode at half the physics ceiling or more (real kernels reach 70-90 %
+# of peak bandwidth, host gaps included in the window), or a step that grows with the batch: a line explains 60 %
+# of its spread and the batch's share (slope x mean batch) is a quarter of the mean step or more
+ROOFLINE_SATURATED_RATIO = 0.5
+STEP_FIT_MIN_R2 = 0.6
+STEP_BATCH_SHARE_RATIO = 0.25
+
+
+@derived(
+    "step_wall_proofs_count",
+    formula=f"how many hold: roofline_fraction_ratio >= {ROOFLINE_SATURATED_RATIO}; the step grows with the batch "
+    f"(slope > 0, R² >= {STEP_FIT_MIN_R2}, slope x mean batch >= {STEP_BATCH_SHARE_RATIO} of the mean step)",
+)
+def step_wall_proofs(signals: SignalSet) -> float:
+    proofs = 0
+    why = []
+    try:
+        proofs += need(signals, "roofline_fraction_ratio", "value") >= ROOFLINE_SATURATED_RATIO
+    except Missing as exc:
+        why.append(str(exc))
+    try:
+        points = _itl_by_batch(signals)
+        slope, _, r2 = _fit(points)
+        mean_batch = sum(b for b, _ in points) / len(points)
+        mean_step = sum(s for _, s in points) / len(points)
+        proofs += slope > 0 and r2 >= STEP_FIT_MIN_R2 and slope * mean_batch >= STEP_BATCH_SHARE_RATIO * mean_step
+    except Missing as exc:
+        why.append(str(exc))
+    if len(why) == 2:
+        raise Missing("; ".join(why))
+    return float(proofs)
+
+
+# ---------------------------------------------------------------------------------------------
 # against the target's own past: `llmdiag check` supplies the baseline_* signals (medians of its history,
 # llmdiag.engine.baseline); a scan has none, so the regression rules are skipped with this reason
 

@@ -16,6 +16,7 @@ from llmdiag.config import Settings
 from llmdiag.engine.causes import STALL, Choice, choose, is_preview, why
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.fixes import engine_fixes, engine_of, fixes_for
+from llmdiag.engine.slo import add_slo_signals
 from llmdiag.errors import option
 from llmdiag.model import (
     BOTTLENECK_CATEGORIES,
@@ -525,6 +526,7 @@ def _stand_ins(rules: tuple[RuleSpec, ...], outcomes: list[RuleOutcome], finding
 
 def build_verdict(signals: SignalSet, settings: Settings | None = None, target: str = "") -> Verdict:
     settings = settings or Settings()
+    add_slo_signals(signals, settings)
     add_derived(signals)
     rules = tuple(r for r in load_rules() if r.scope == "server")  # fleet rules: llmdiag.engine.fleet
     server = signals.sources[0].probe.removesuffix("-log") if signals.sources else "vllm"
