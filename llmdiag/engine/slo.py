@@ -2,8 +2,9 @@
 (llmdiag.toml's ``slo_tpot_seconds`` or the command's option, 50 ms by default).
 
 A breach of the SLO is what users feel; it says nothing by itself about what limits the server. CMP001 reports the
-breach; the compute verdict needs its own proof that the step is the wall (CMP008), and slow steps far below the
-hardware's ceiling are the host's (CMP009).
+breach; the compute verdict needs its own proof that the step is the wall (CMP008), and slow steps while the GPUs wait
+(or a server process is pinned) are the host's (SCH013, SCH014, SCH006). With neither proof the verdict is unknown
+(llmdiag.engine.evaluate), never healthy.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from llmdiag.api.scan import place_under_ceiling
 from llmdiag.config import DEFAULT_SLO_TPOT_SECONDS, Settings, load_settings
 from llmdiag.engine.capacity import deployment_seen
 from llmdiag.engine.evaluate import build_verdict
-from llmdiag.errors import ConfigError
+from llmdiag.errors import ConfigError, option
 from llmdiag.model import Bottleneck, Signal, SignalSet, SourceInfo, Verdict
 from tests.unit.engine.test_stalls import Readings
 
@@ -51,7 +51,11 @@ def scan(
         "prompt_tokens_per_second": [900.0] * n,
         "preemptions_per_second": [0.0] * n,
     }
-    return Readings(interval=1.0, gauges=gauges, rates=rates).signal_set("vllm")
+    signals = Readings(interval=1.0, gauges=gauges, rates=rates).signal_set("vllm")
+    # first tokens in a fraction of a second, as with nothing queued: no rule's business here
+    ttft = {"count": 40.0, "mean": 0.12, "p50": 0.1, "p90": 0.2, "p95": 0.22, "p99": 0.25}
+    signals.add(Signal(name="ttft_seconds", kind="histogram", unit="seconds", stats=ttft))
+    return signals
 
 
 def finding_evidence(verdict: Verdict, code: str) -> dict[str, float | None]:
@@ -122,14 +126,37 @@ def test_a_step_that_grows_with_the_batch_is_the_wall():
     assert next(f for f in verdict.findings if f.code == "CMP001").advisory
 
 
-def test_slow_steps_without_proof_are_the_slo_breach_not_compute():
+def test_slow_steps_without_proof_are_unknown_not_compute_and_not_healthy():
     # a steady batch gives nothing to fit, and the deployment is unknown: the step may be the GPU's or the host's
     verdict = build_verdict(scan(STEADY, flat(0.12)))
-    assert verdict.bottleneck is not Bottleneck.compute, verdict.summary
+    assert verdict.bottleneck is Bottleneck.unknown, verdict.summary
     assert "CMP008" not in codes(verdict)
     assert "CMP001" in codes(verdict)
+    assert verdict.class_confidence == {}  # no capacity class named
     reason = verdict.signals["step_wall_proofs_count"].unavailable
     assert reason and "16-16 requests" in reason and "deployment is unknown" in reason
+    # the summary says the breach with its numbers, why nothing is proven, and what would prove it
+    summary = verdict.summary
+    assert "0.120 s apart" in summary and "2.4x the TPOT SLO of 0.050 s" in summary, summary
+    assert reason in summary
+    assert f"{option('gpu')} with {option('model_shape')}" in summary and "batch varies" in summary, summary
+
+
+def test_a_step_judged_flat_with_no_host_evidence_is_unknown_and_says_what_was_judged():
+    # the batch ramps and the step holds still: not the wall; but no GPU telemetry and no process seen pinned
+    verdict = build_verdict(scan(RAMP, host_bound))
+    assert verdict.bottleneck is Bottleneck.unknown, verdict.summary
+    assert not codes(verdict) & {"CMP008", "SCH013", "SCH014"}
+    assert verdict.signals["step_wall_proofs_count"].stats["value"] == 0.0
+    slope = verdict.signals["itl_seconds_per_running_request"].stats["value"]
+    assert f"{slope:+.4f} s per running request" in verdict.summary, verdict.summary
+    assert "not shown to be the wall" in verdict.summary
+
+
+def test_fast_tokens_stay_healthy():
+    verdict = build_verdict(scan(STEADY, flat(0.02)))  # 20 ms a token, inside the default 50 ms SLO
+    assert verdict.bottleneck is Bottleneck.healthy, verdict.summary
+    assert "CMP001" not in codes(verdict)
 
 
 def test_decode_near_the_ceiling_is_the_wall_without_a_ramp():
