@@ -761,7 +761,9 @@ STEP_FIT_MIN_BATCH_SPREAD = 1.5  # largest over smallest batch
 def _itl_by_batch(signals: SignalSet) -> list[tuple[float, float]]:
     """(requests running, seconds between one request's tokens) per interval between readings. Each decode step
     makes one token per running request, so the interval's running requests over its output tokens/s is its step
-    time: no histogram needed, and every server and log has both."""
+    time: no histogram needed, and every server and log has both. The interval's batch is the mean of the readings
+    at its ends, known only where they agree: an interval across which the batch jumped (a load level changing, a
+    stall and its recovery) is left out, since its mean batch could be anything between its ends."""
     if signals.window.kind != "window":
         raise Missing("one dump: the step's growth with the batch shows only between readings over time")
     rate = signals.get("generation_tokens_per_second")
@@ -770,14 +772,20 @@ def _itl_by_batch(signals: SignalSet) -> list[tuple[float, float]]:
         raise Missing("no output tokens/s or running requests reading by reading")
     gauge, rates = sorted(running.samples), sorted(rate.samples)
     points = []
-    for index, (at, tokens_per_second) in enumerate(rates):
+    for at, tokens_per_second in rates:
         now = value_at(gauge, at)
-        before = value_at(gauge, rates[index - 1][0]) if index > 0 else None
-        batch = now if before is None or now is None else (now + before) / 2  # the interval's mean, roughly
-        if batch is not None and batch >= 1 and tokens_per_second > 0:
+        earlier = [value for when, value in gauge if when < at - 1e-6]
+        before = earlier[-1] if earlier else None
+        if now is None or tokens_per_second <= 0:
+            continue
+        # ends further apart than the spread the fit needs between intervals: a jump, not a level
+        if before is not None and max(now, before) > STEP_FIT_MIN_BATCH_SPREAD * min(now, before):
+            continue
+        batch = now if before is None else (now + before) / 2
+        if batch >= 1:
             points.append((batch, batch / tokens_per_second))
     if len(points) < STEP_FIT_MIN_INTERVALS:
-        raise Missing(f"{len(points)} intervals decoded: a fit against the batch needs {STEP_FIT_MIN_INTERVALS}")
+        raise Missing(f"{len(points)} intervals with a steady batch: a fit against it needs {STEP_FIT_MIN_INTERVALS}")
     smallest, largest = min(b for b, _ in points), max(b for b, _ in points)
     if largest < STEP_FIT_MIN_BATCH_SPREAD * smallest:
         raise Missing(f"the batch held at {smallest:.3g}-{largest:.3g} requests: too little spread to fit against")
@@ -786,8 +794,8 @@ def _itl_by_batch(signals: SignalSet) -> list[tuple[float, float]]:
 
 @derived(
     "itl_seconds_per_running_request",
-    formula="least-squares slope of the step time (running requests / output tokens/s, interval by interval) "
-    "against the running requests",
+    formula="least-squares slope of the step time (running requests / output tokens/s, interval by interval; "
+    f"intervals whose end readings differ over {STEP_FIT_MIN_BATCH_SPREAD}x left out) against the running requests",
 )
 def itl_per_running_request(signals: SignalSet) -> float:
     slope, _, _ = fit(_itl_by_batch(signals))

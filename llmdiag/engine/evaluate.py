@@ -604,7 +604,7 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
         bottleneck = Bottleneck(primary.category.value)
     else:
         idle, idle_why = _idleness(signals)
-        if idle is False:  # served, yet slower than the SLO
+        if idle is False:  # traffic was served: healthy only if its tokens came within the SLO
             breach = next((f for f in findings if f.code == SLO_BREACH), None)
         if idle:
             bottleneck = Bottleneck.idle

@@ -159,6 +159,37 @@ def test_fast_tokens_stay_healthy():
     assert "CMP001" not in codes(verdict)
 
 
+def test_an_interval_across_a_jump_in_the_batch_is_no_point_of_the_fit():
+    """Two levels as the real CPU vLLM test drives them (32 users and a canary, then 4), with what that server showed
+    between: the running gauge read 2 for two readings with no token made, and the interval back to 33 made 64.6
+    tokens/s. An interval whose end readings differ that much has no known mean batch: left out, the levels alone
+    give the slope they were made with."""
+    running = [33.0] * 5 + [2.0] * 3 + [33.0] * 3 + [4.0] * 8
+    per_interval = []
+    for before, now in zip(running, running[1:], strict=False):
+        if before == now:
+            per_interval.append(now / grows(now) if now > 2 else 0.0)  # a steady level, or the stall
+        else:  # the jumps, as read from the real server: into the stall, out of it, and down to the low level
+            per_interval.append({(33.0, 2.0): 231.3, (2.0, 33.0): 64.6, (33.0, 4.0): 284.8}[(before, now)])
+    n = len(running)
+    gauges = {
+        "requests_running": running,
+        "requests_waiting": [0.0] * n,
+        "kv_cache_usage_ratio": [0.1] * n,
+        "itl_seconds": [grows(b) for b in running],
+    }
+    rates = {
+        "generation_tokens_per_second": [per_interval[0], *per_interval],  # the first reading has no interval
+        "prompt_tokens_per_second": [200.0] * n,
+        "preemptions_per_second": [0.0] * n,
+    }
+    signals = Readings(interval=1.0, gauges=gauges, rates=rates).signal_set("vllm")
+    verdict = build_verdict(signals)
+    found = finding_evidence(verdict, "CMP008")
+    assert found["itl_seconds_per_running_request.value"] == pytest.approx(PER_REQUEST_SECONDS)
+    assert found["itl_seconds_per_running_request_r2.value"] == pytest.approx(1.0)
+
+
 def test_decode_near_the_ceiling_is_the_wall_without_a_ramp():
     signals = scan(STEADY, flat(0.12))
     signals.add(
