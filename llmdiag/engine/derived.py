@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmdiag.engine.series import TREND_MIN_READINGS, Missing, fit, trend, value_at
+from llmdiag.engine.stepwall import STEP_FIT_MIN_BATCH_SPREAD, step_fit
 from llmdiag.errors import LlmdiagError, option
 from llmdiag.model import Signal, SignalSet
 from llmdiag.physics.hardware import GPUS, find_model
@@ -753,59 +754,27 @@ def itl_mean_over_slo_tpot(signals: SignalSet) -> float:
     return need(signals, "itl_seconds", "mean") / need(signals, "slo_tpot_seconds", "value")
 
 
-# a fit of the step against the batch needs this many intervals, over a batch that varied by at least this much
-STEP_FIT_MIN_INTERVALS = 4
-STEP_FIT_MIN_BATCH_SPREAD = 1.5  # largest over smallest batch
-
-
-def _itl_by_batch(signals: SignalSet) -> list[tuple[float, float]]:
-    """(requests running, seconds between one request's tokens) per interval between readings. Each decode step
-    makes one token per running request, so the interval's running requests over its output tokens/s is its step
-    time: no histogram needed, and every server and log has both. The interval's batch is the mean of the readings
-    at its ends, known only where they agree: an interval across which the batch jumped (a load level changing, a
-    stall and its recovery) is left out, since its mean batch could be anything between its ends."""
-    if signals.window.kind != "window":
-        raise Missing("one dump: the step's growth with the batch shows only between readings over time")
-    rate = signals.get("generation_tokens_per_second")
-    running = signals.get("requests_running")
-    if rate is None or running is None or rate.unavailable is not None or running.unavailable is not None:
-        raise Missing("no output tokens/s or running requests reading by reading")
-    gauge, rates = sorted(running.samples), sorted(rate.samples)
-    points = []
-    for at, tokens_per_second in rates:
-        now = value_at(gauge, at)
-        earlier = [value for when, value in gauge if when < at - 1e-6]
-        before = earlier[-1] if earlier else None
-        if now is None or tokens_per_second <= 0:
-            continue
-        # ends further apart than the spread the fit needs between intervals: a jump, not a level
-        if before is not None and max(now, before) > STEP_FIT_MIN_BATCH_SPREAD * min(now, before):
-            continue
-        batch = now if before is None else (now + before) / 2
-        if batch >= 1:
-            points.append((batch, batch / tokens_per_second))
-    if len(points) < STEP_FIT_MIN_INTERVALS:
-        raise Missing(f"{len(points)} intervals with a steady batch: a fit against it needs {STEP_FIT_MIN_INTERVALS}")
-    smallest, largest = min(b for b, _ in points), max(b for b, _ in points)
-    if largest < STEP_FIT_MIN_BATCH_SPREAD * smallest:
-        raise Missing(f"the batch held at {smallest:.3g}-{largest:.3g} requests: too little spread to fit against")
-    return points
-
-
 @derived(
     "itl_seconds_per_running_request",
     formula="least-squares slope of the step time (running requests / output tokens/s, interval by interval; "
     f"intervals whose end readings differ over {STEP_FIT_MIN_BATCH_SPREAD}x left out) against the running requests",
 )
 def itl_per_running_request(signals: SignalSet) -> float:
-    slope, _, _ = fit(_itl_by_batch(signals))
-    return slope
+    return step_fit(signals).slope_seconds_per_request
 
 
 @derived("itl_seconds_per_running_request_r2", formula="R² of that fit (1: the batch explains all of its spread)")
 def itl_per_running_request_r2(signals: SignalSet) -> float:
-    _, _, r2 = fit(_itl_by_batch(signals))
-    return r2
+    return step_fit(signals).r2
+
+
+@derived(
+    "step_batch_share_ratio",
+    formula="that fit's slope x the mean running requests / the mean step (0: the step holds still as the batch "
+    "varies)",
+)
+def step_batch_share(signals: SignalSet) -> float:
+    return step_fit(signals).batch_share_ratio
 
 
 # the proofs that the step itself is the wall: decode at half the physics ceiling or more (real kernels reach 70-90 %
@@ -829,11 +798,33 @@ def step_wall_proofs(signals: SignalSet) -> float:
     except Missing as exc:
         why.append(str(exc))
     try:
-        points = _itl_by_batch(signals)
-        slope, _, r2 = fit(points)
-        mean_batch = sum(b for b, _ in points) / len(points)
-        mean_step = sum(s for _, s in points) / len(points)
-        proofs += slope > 0 and r2 >= STEP_FIT_MIN_R2 and slope * mean_batch >= STEP_BATCH_SHARE_RATIO * mean_step
+        shape = step_fit(signals)
+        proofs += shape.r2 >= STEP_FIT_MIN_R2 and shape.batch_share_ratio >= STEP_BATCH_SHARE_RATIO
+    except Missing as exc:
+        why.append(str(exc))
+    if len(why) == 2:
+        raise Missing("; ".join(why))
+    return float(proofs)
+
+
+# the proofs that it is not: decode far under the ceiling (the host's gaps take most of each step), or a step that
+# holds still while the batch varies (the batch sets none of its pace)
+ROOFLINE_FAR_UNDER_RATIO = 0.25
+
+
+@derived(
+    "step_not_the_wall_proofs_count",
+    formula=f"how many hold: roofline_fraction_ratio < {ROOFLINE_FAR_UNDER_RATIO}; step_batch_share_ratio < "
+    f"{STEP_BATCH_SHARE_RATIO} (a fit over a batch that varied)",
+)
+def step_not_the_wall_proofs(signals: SignalSet) -> float:
+    proofs, why = 0, []
+    try:
+        proofs += need(signals, "roofline_fraction_ratio", "value") < ROOFLINE_FAR_UNDER_RATIO
+    except Missing as exc:
+        why.append(str(exc))
+    try:
+        proofs += step_fit(signals).batch_share_ratio < STEP_BATCH_SHARE_RATIO
     except Missing as exc:
         why.append(str(exc))
     if len(why) == 2:

@@ -17,6 +17,7 @@ from llmdiag.api.scan import place_under_ceiling
 from llmdiag.config import DEFAULT_SLO_TPOT_SECONDS, Settings, load_settings
 from llmdiag.engine.capacity import deployment_seen
 from llmdiag.engine.evaluate import build_verdict
+from llmdiag.engine.stepwall import step_fit
 from llmdiag.errors import ConfigError, option
 from llmdiag.model import Bottleneck, Signal, SignalSet, SourceInfo, Verdict
 from tests.unit.engine.test_stalls import Readings
@@ -229,6 +230,29 @@ def test_without_gpu_telemetry_the_pinned_process_is_the_evidence():
     found = finding_evidence(verdict, "SCH014")
     assert found["busiest_server_process_cpu_cores.mean"] == pytest.approx(0.99)
     assert "SCH013" not in codes(verdict)  # GPU utilisation unavailable is not "not busy"
+
+
+def test_a_pinned_process_beside_a_batch_that_held_still_proves_no_host_overhead():
+    # on a CPU server the pinned process is the compute: with no batch spread the fit cannot tell, so nothing is named
+    verdict = build_verdict(scan(STEADY, flat(0.1), busiest_process_cores=0.99))
+    assert "SCH014" not in codes(verdict)
+    assert verdict.bottleneck is Bottleneck.unknown, verdict.summary
+    assert verdict.signals["step_not_the_wall_proofs_count"].unavailable is not None
+
+
+def test_a_step_that_grows_noisily_is_neither_proven_the_wall_nor_the_host():
+    # the step grows with the batch (its share of the step well above a quarter), but one interval's stall spoils
+    # the line: no proof of the wall, and no proof that the batch sets none of its pace
+    def noisy(batch: float) -> float:
+        return grows(batch) * (2.5 if batch == 8.0 else 1.0)
+
+    signals = scan(RAMP, noisy, busiest_process_cores=0.99)
+    shape = step_fit(signals)
+    # what the driven steps show: the batch's share is well off zero, and the line explains little of the spread
+    assert shape.batch_share_ratio > 0.3 and shape.r2 < 0.3, shape
+    verdict = build_verdict(signals)
+    assert not codes(verdict) & {"SCH014", "CMP008"}, codes(verdict)
+    assert verdict.bottleneck is Bottleneck.unknown, verdict.summary
 
 
 def test_a_pinned_process_beside_a_step_that_grows_is_a_spin_wait_not_the_host():
