@@ -1,5 +1,5 @@
-"""User settings from llmdiag.toml: threshold overrides, muted findings (each with a reason), and what
-`llmdiag check` watches: named ``[[targets]]`` and the ``[check]`` defaults.
+"""User settings from llmdiag.toml: the TPOT SLO (``slo_tpot_seconds``), threshold overrides, muted findings (each
+with a reason), and what `llmdiag check` watches: named ``[[targets]]`` and the ``[check]`` defaults.
 
 Targets also come from a targets file (a multi-target scan's ``--targets``): either llmdiag.toml's ``[[targets]]``
 (the same model `llmdiag check` reads: names, metrics_url, headers from environment variables …), told by a
@@ -46,6 +46,9 @@ class Mute(BaseModel):
 # headers that carry credentials: a config file names the environment variable that holds them instead
 SECRET_HEADERS = {"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"}
 DEFAULT_CHECK_WINDOW_SECONDS = 10.0
+# the mean time per output token users accept: 50 ms is 20 tokens/s per user, about twice reading speed; a breach is
+# what users feel, not by itself proof of what limits the server (llmdiag.engine.slo)
+DEFAULT_SLO_TPOT_SECONDS = 0.05
 # a target's name: shown in status lines, perfdata labels and Prometheus labels, and the history's key
 TARGET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
 
@@ -100,6 +103,8 @@ class CheckDefaults(BaseModel):
 
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    # the time-per-output-token SLO the decode rules judge against (CMP001 fires past it)
+    slo_tpot_seconds: float = Field(default=DEFAULT_SLO_TPOT_SECONDS, gt=0, le=60)
     rules: dict[str, RuleOverride] = Field(default_factory=dict)
     mute: list[Mute] = Field(default_factory=list)
     targets: list[Target] = Field(default_factory=list)

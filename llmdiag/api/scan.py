@@ -15,12 +15,12 @@ from llmdiag.collect.source import unavailable_source
 from llmdiag.collect.trace.signals import merge_trace_signals
 from llmdiag.config import Settings
 from llmdiag.engine.baseline import Baseline, add_baseline_signals
-from llmdiag.engine.capacity import roofline_for_window, roofline_signal
+from llmdiag.engine.capacity import deployment_seen, roofline_for_window, roofline_signal
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.evaluate import build_verdict
 from llmdiag.engine.settle import VerdictSettler
 from llmdiag.errors import UsageError, option
-from llmdiag.model import TraceReport, Verdict
+from llmdiag.model import Roofline, SignalSet, SourceInfo, TraceReport, Verdict
 from llmdiag.physics.step import Deployment
 
 
@@ -74,17 +74,29 @@ def diagnose(
         add_baseline_signals(signals, baseline)
     if trace is not None:
         merge_trace_signals(signals, trace)
-    roofline = None
-    if deployment is not None:
-        add_derived(signals)  # the roofline reads the window's batch; the rules may then cite the roofline
-        roofline = roofline_for_window(deployment, signals)
-        if roofline is not None:
-            signals.add(roofline_signal(roofline))
+    roofline = place_under_ceiling(signals, deployment)
     verdict = build_verdict(signals, settings, target=redact_url(connection.base_url))
     verdict.roofline = roofline
     if settler is not None:
         verdict.notes.append(settler.describe(duration_seconds))
     return verdict
+
+
+def place_under_ceiling(signals: SignalSet, deployment: Deployment | None) -> Roofline | None:
+    """The decode rate under the deployment's ceiling, as a signal the rules read (CMP008's proof): the deployment
+    given, else the one the window shows (one GPU of a known kind serving a known model; the coverage says where
+    each fact came from)."""
+    where = f"given ({option('gpu')}/{option('model_shape')}/{option('tp')})"
+    if deployment is None:
+        deployment, where = deployment_seen(signals)
+        if deployment is None:
+            return None
+        signals.sources.append(SourceInfo(probe="deployment", server="deployment", note=where))
+    add_derived(signals)  # the roofline reads the window's batch; the rules may then cite the roofline
+    roofline = roofline_for_window(deployment, signals)
+    if roofline is not None:
+        signals.add(roofline_signal(roofline, where))
+    return roofline
 
 
 DEMO_WARMUP_SECONDS = 3.0
@@ -151,7 +163,10 @@ def diagnose_files(
         raise UsageError("no files given", "llmdiag analyze FILE [FILE …] (logs, /metrics dumps, DCGM pages)")
     evidence = sort_files(paths)
     signals = collect_evidence(paths, options, evidence)
-    return build_verdict(signals, settings, target=describe_files(paths, evidence))
+    roofline = place_under_ceiling(signals, None)
+    verdict = build_verdict(signals, settings, target=describe_files(paths, evidence))
+    verdict.roofline = roofline
+    return verdict
 
 
 def diagnose_logs(

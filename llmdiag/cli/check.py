@@ -21,9 +21,11 @@ from llmdiag.cli.options import (
     CheckPrometheusFlags,
     ConfigOpt,
     ConnectionFlags,
+    SloTpotOpt,
     TelemetryFlags,
     flag_groups,
     refuse,
+    with_slo,
 )
 from llmdiag.cli.output import EXIT_NAGIOS_UNKNOWN, print_error, print_json
 from llmdiag.client.endpoint import Connection, redact_url
@@ -61,6 +63,7 @@ class CheckOutputFlags:
     )
     as_json: Annotated[bool, typer.Option("--json", help="Print the check report as JSON instead.")] = False
     config: ConfigOpt = None
+    slo_tpot: SloTpotOpt = None
 
     def textfile_folder(self, settings: Settings) -> Path | None:
         textfile = self.textfile or settings.check.textfile
@@ -100,7 +103,7 @@ def check(
 ) -> None:
     """Health check for cron and monitoring, Nagios style: one status line with perfdata, exit 0/1/2/3."""
     try:
-        settings = load_settings(output.config)
+        settings = with_slo(load_settings(output.config), output.slo_tpot)
         source, targets, connections = watched(settings, urls, target, connection, telemetry, prometheus)
         textfile = output.textfile_folder(settings)
         store = output.history_store(settings)

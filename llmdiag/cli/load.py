@@ -26,6 +26,7 @@ from llmdiag.cli.options import (
     check_outputs,
     flag_groups,
     telemetry_options,
+    with_slo,
 )
 from llmdiag.cli.output import EXIT_OK, fail, load_progress, note, print_json, stdout, write_html, write_output
 from llmdiag.client.endpoint import Connection
@@ -157,7 +158,8 @@ def load(
         check_outputs(output.as_json, output.markdown)
         plan = workload.plan(target.timeout)
         plan.validate_levels()  # before a simulator is started for nothing
-        settings = load_settings(output.config)
+        # the goodput SLO is also the one each level's verdict judges slow decode against
+        settings = with_slo(load_settings(output.config), workload.slo_tpot)
         if url is None:
             report = load_simulator(preset, plan, workload, settings, output.as_json)
         else:

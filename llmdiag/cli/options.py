@@ -155,6 +155,23 @@ FailOnOpt = Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a find
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", help="Settings file (default: ./llmdiag.toml when present).")
 ]
+SloTpotOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--slo-tpot",
+        help="The time-per-output-token SLO, in seconds, that slow decode is judged against (default: "
+        "slo_tpot_seconds in llmdiag.toml, else 0.05).",
+        min=0.001,
+        max=60.0,
+    ),
+]
+
+
+def with_slo(settings: Settings, slo_tpot: float | None) -> Settings:
+    """The settings with the command line's TPOT SLO, which wins over llmdiag.toml's."""
+    return settings if slo_tpot is None else settings.model_copy(update={"slo_tpot_seconds": slo_tpot})
+
+
 HtmlOpt = Annotated[
     Path | None,
     typer.Option("--html", help="Also write a self-contained HTML report (charts inline, no network) to this file."),
@@ -317,12 +334,13 @@ class OutputFlags:
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print every signal.")] = False
     html: HtmlOpt = None
     markdown: MarkdownOpt = False
+    slo_tpot: SloTpotOpt = None
 
     def check(self) -> None:
         check_outputs(self.as_json, self.markdown)
 
     def settings(self) -> Settings:
-        return load_settings(self.config)
+        return with_slo(load_settings(self.config), self.slo_tpot)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,6 +6,7 @@ import math
 from itertools import pairwise
 
 from llmdiag.collect.exposition import LabelKey, Scrape, select
+from llmdiag.collect.source import gpus_config
 from llmdiag.collect.window import counter_increase, gauge_window, histogram_window
 from llmdiag.model import Signal, SignalSet, SourceInfo, Window
 from llmdiag.schema.probes import ByDesignSpec, ProbeSpec, SignalSpec
@@ -336,6 +337,7 @@ def _by_design(spec: ProbeSpec, fixed: ByDesignSpec, duration: float | None) -> 
 def _source_info(spec: ProbeSpec, scrapes: list[Scrape], url: str) -> SourceInfo:
     models: set[str] = set()
     engines: set[str] = set()
+    gpu_models: dict[str, str] = {}  # dcgm-exporter's modelName label, per GPU
     last = scrapes[-1]
     for name, series in last.series.items():
         if not name.startswith(tuple(spec.detect_prefixes)):
@@ -344,6 +346,8 @@ def _source_info(spec: ProbeSpec, scrapes: list[Scrape], url: str) -> SourceInfo
             labels = dict(key)
             if "model_name" in labels:
                 models.add(labels["model_name"])
+            if "modelName" in labels:
+                gpu_models[labels.get("UUID", labels.get("gpu", ""))] = labels["modelName"]
             if "engine" in labels:
                 engines.add(labels["engine"])
             elif "dp_rank" in labels:  # SGLang's data-parallel ranks
@@ -352,6 +356,8 @@ def _source_info(spec: ProbeSpec, scrapes: list[Scrape], url: str) -> SourceInfo
     if spec.config_metric and last.has(spec.config_metric):
         first_key = next(iter(last.series[spec.config_metric]))
         config = {k: v for k, v in first_key if k not in SERIES_LABELS}
+    if gpu_models:
+        config.update(gpus_config(gpu_models.values()))
     return SourceInfo(
         probe=spec.name,
         url=url,

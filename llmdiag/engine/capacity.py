@@ -32,6 +32,7 @@ share each step and the total grows almost B-fold until compute, KV memory or a 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 
 from llmdiag.errors import UsageError, option
@@ -50,7 +51,15 @@ from llmdiag.model.capacity import (
     StepTime,
     TtftBurst,
 )
-from llmdiag.physics.hardware import GIB, GpuSpec, ModelSpec, interconnect_for, min_tensor_parallel
+from llmdiag.physics.hardware import (
+    GIB,
+    GpuSpec,
+    ModelSpec,
+    find_gpu,
+    find_model,
+    interconnect_for,
+    min_tensor_parallel,
+)
 from llmdiag.physics.step import (
     DEFAULT_ACTIVATION_RESERVE_BYTES,
     DEFAULT_BLOCK_SIZE_TOKENS,
@@ -506,6 +515,10 @@ def roofline_for_window(dep: Deployment, signals: SignalSet) -> Roofline | None:
 
     batch = value("requests_running_avg", "value")
     measured = value("generation_tokens_per_second", "rate")
+    itl = value("itl_seconds", "mean")
+    if measured is None and batch and itl:
+        # no output-token counter (TGI, Triton): each decode step makes one token per running request
+        measured = batch / itl
     prompt = value("prompt_length_tokens", "mean")
     output = value("output_length_tokens", "mean")
     if not batch or not measured or prompt is None or output is None:
@@ -527,13 +540,46 @@ def roofline_for_window(dep: Deployment, signals: SignalSet) -> Roofline | None:
     )
 
 
-def roofline_signal(roofline: Roofline) -> Signal:
-    """The fraction of the ceiling as a signal, so rules can cite it beside the GPU's own activity counters."""
+def roofline_signal(roofline: Roofline, where: str = "") -> Signal:
+    """The fraction of the ceiling as a signal, so rules can cite it beside the GPU's own activity counters.
+    ``where``: where the deployment came from (default: the options that name it)."""
     return Signal(
         name="roofline_fraction_ratio",
         kind="derived",
         unit="ratio",
         stats={"value": roofline.fraction_of_ceiling_ratio},
         source=f"decode tokens/s over the {roofline.bound_by} ceiling of {roofline.model} on {roofline.tp} × "
-        f"{roofline.gpu} ({option('gpu')}/{option('model_shape')})",
+        f"{roofline.gpu} ({where or option('gpu') + '/' + option('model_shape')})",
     )
+
+
+GPU_COUNT_RE = re.compile(r"(\d+) × ")
+
+
+def deployment_seen(signals: SignalSet) -> tuple[Deployment | None, str]:
+    """The deployment the window shows without flags, and where each fact came from (or why there is none): the
+    GPU from a telemetry source's product name (NVML, dcgm-exporter's modelName, nvidia-smi) in the GPU table, the
+    model from the served model's name in the model table, and TP 1 only where one GPU is seen: on several GPUs
+    the tensor-parallel size is on no page, and a wrong one would misplace the ceiling by that factor."""
+    seen = [s for s in signals.sources if s.ok and s.config.get("gpus")]
+    if not seen:
+        return None, "no GPU seen (no NVML on this host, no DCGM exporter)"
+    source = seen[0]
+    gpu_name = source.config.get("gpu")
+    if not gpu_name:
+        return None, f"the GPUs {source.config['gpus']} ({source.probe}) are not in the GPU table"
+    count = sum(int(n) for n in GPU_COUNT_RE.findall(source.config["gpus"]))
+    if count != 1:
+        return None, f"{source.config['gpus']} seen ({source.probe}): the tensor-parallel size is not on the page"
+    names = [m for s in signals.sources for m in s.models]
+    for name in names:
+        try:
+            model = find_model(name)
+        except UsageError:
+            continue
+        where = (
+            f"GPU {gpu_name} from {source.probe} ({source.config['gpus']}), model {model.name} from the served "
+            f"model '{name}' (model table), TP 1 (one GPU seen)"
+        )
+        return Deployment(find_gpu(gpu_name), model, tp=1), where
+    return None, f"the served model ({', '.join(names) or 'not named'}) is not in the model table"

@@ -12,14 +12,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from llmdiag.engine.series import TREND_MIN_READINGS, Missing, fit, trend, value_at
+from llmdiag.engine.stepwall import STEP_FIT_MIN_BATCH_SPREAD, step_fit
 from llmdiag.errors import LlmdiagError, option
 from llmdiag.model import Signal, SignalSet
 from llmdiag.physics.hardware import GPUS, find_model
 from llmdiag.schema.loader import find_rule, load_code_signals
-
-
-class Missing(Exception):
-    """An input is unavailable; the message says which and why."""
 
 
 @dataclass(frozen=True)
@@ -367,16 +365,6 @@ PROGRESS_SIGNALS = (
 STALL_READINGS = 2
 
 
-def _value_at(samples: list[tuple[float, float]], at: float) -> float | None:
-    """A gauge's reading at ``at``: the last one taken at or before it."""
-    found = None
-    for when, value in samples:
-        if when > at + 1e-6:
-            break
-        found = value
-    return found
-
-
 def _usable(signals: SignalSet, name: str, stat: str) -> Signal | None:
     signal = signals.get(name)
     if signal is None or signal.unavailable is not None or signal.stats.get(stat) is None:
@@ -409,7 +397,7 @@ def no_progress(signals: SignalSet) -> float:
     for index in range(len(times) - 1, -1, -1):
         at = times[index]
         moved = any(r.get(at, 0.0) > 0 for r in rates)
-        held = (_value_at(running.samples, at) or 0.0) + (_value_at(waiting.samples, at) or 0.0 if waiting else 0.0)
+        held = (value_at(running.samples, at) or 0.0) + (value_at(waiting.samples, at) or 0.0 if waiting else 0.0)
         if moved or held < 1:
             break
         readings += 1
@@ -434,45 +422,9 @@ def tokens_processed(signals: SignalSet) -> float:
     return sum(rates)
 
 
-def _fit(samples: list[tuple[float, float]]) -> tuple[float, float, float]:
-    """Least-squares line through the points: slope per second, the value fitted at the last point, and R²."""
-    n = len(samples)
-    mean_t = sum(t for t, _ in samples) / n
-    mean_v = sum(v for _, v in samples) / n
-    var_t = sum((t - mean_t) ** 2 for t, _ in samples)
-    var_v = sum((v - mean_v) ** 2 for _, v in samples)
-    if var_t <= 0:
-        raise Missing("every reading at one moment")
-    slope = sum((t - mean_t) * (v - mean_v) for t, v in samples) / var_t
-    r2 = 1.0 if var_v <= 0 else (slope**2 * var_t) / var_v
-    return slope, mean_v + slope * (samples[-1][0] - mean_t), r2
-
-
-# a trend is told from this many readings at least, and only when a line explains most of their spread
-TREND_MIN_READINGS = 6
-TREND_MIN_R2 = 0.8
-
-
-def _trend(signals: SignalSet, name: str) -> tuple[float, float, float, float]:
-    """slope per second, the fitted first and last values, and the seconds the readings span."""
-    if signals.window.kind == "snapshot":
-        raise Missing("one moment: a trend needs readings over time")
-    signal = signals.get(name)
-    if signal is None or signal.unavailable is not None:
-        raise Missing(f"{name} unavailable")
-    points = sorted(signal.samples)
-    if len(points) < TREND_MIN_READINGS:
-        raise Missing(f"{len(points)} readings of {name}: a trend needs {TREND_MIN_READINGS}")
-    slope, last, r2 = _fit(points)
-    if r2 < TREND_MIN_R2:
-        raise Missing(f"{name} moves but not steadily (R² {r2:.2f} of a straight line)")
-    span = points[-1][0] - points[0][0]
-    return slope, last - slope * span, last, span
-
-
 @derived("kv_cache_full_in_seconds", formula="(1 - fitted KV usage now) / its fitted growth per second")
 def kv_cache_full_in(signals: SignalSet) -> float:
-    slope, _, last, _ = _trend(signals, "kv_cache_usage_ratio")
+    slope, _, last, _ = trend(signals, "kv_cache_usage_ratio")
     if slope <= 0:
         raise Missing("KV usage does not grow")
     return max(0.0, 1.0 - last) / slope
@@ -482,14 +434,14 @@ def kv_cache_full_in(signals: SignalSet) -> float:
     "generation_throughput_trend_ratio",
     formula="fitted output tokens/s at the window's end / at its start, while the running requests held",
 )
-def generation_throughput_trend(signals: SignalSet) -> float:
-    _, first, last, _ = _trend(signals, "generation_tokens_per_second")
+def generation_throughputtrend(signals: SignalSet) -> float:
+    _, first, last, _ = trend(signals, "generation_tokens_per_second")
     if first <= 0:
         raise Missing("no output at the window's start")
     running = signals.get("requests_running")
     if running is not None and running.unavailable is None and len(running.samples) >= TREND_MIN_READINGS:
         points = sorted(running.samples)
-        slope, r_last, _ = _fit(points)
+        slope, r_last, _ = fit(points)
         r_first = r_last - slope * (points[-1][0] - points[0][0])
         if r_first > 0 and r_last / r_first <= last / first + 0.1:
             raise Missing("fewer requests ran at the end: the throughput followed the load")
@@ -791,6 +743,93 @@ def roofline_fraction(signals: SignalSet) -> float:
         f"the deployment is unknown: pass {option('gpu')} and {option('model_shape')} to place the decode rate under "
         "its ceiling"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# slow steps against the SLO, and the proof that the step is the wall (CMP001, CMP008, SCH013)
+
+
+@derived("itl_mean_over_slo_tpot_ratio", formula="itl_seconds.mean / slo_tpot_seconds (the user's TPOT SLO)")
+def itl_mean_over_slo_tpot(signals: SignalSet) -> float:
+    return need(signals, "itl_seconds", "mean") / need(signals, "slo_tpot_seconds", "value")
+
+
+@derived(
+    "itl_seconds_per_running_request",
+    formula="least-squares slope of the step time (running requests / output tokens/s, interval by interval; "
+    f"intervals whose end readings differ over {STEP_FIT_MIN_BATCH_SPREAD}x left out) against the running requests",
+)
+def itl_per_running_request(signals: SignalSet) -> float:
+    return step_fit(signals).slope_seconds_per_request
+
+
+@derived("itl_seconds_per_running_request_r2", formula="R² of that fit (1: the batch explains all of its spread)")
+def itl_per_running_request_r2(signals: SignalSet) -> float:
+    return step_fit(signals).r2
+
+
+@derived(
+    "step_batch_share_ratio",
+    formula="that fit's slope x the mean running requests / the mean step (0: the step holds still as the batch "
+    "varies)",
+)
+def step_batch_share(signals: SignalSet) -> float:
+    return step_fit(signals).batch_share_ratio
+
+
+# the proofs that the step itself is the wall: decode at half the physics ceiling or more (real kernels reach 70-90 %
+# of peak bandwidth, host gaps included in the window), or a step that grows with the batch: a line explains 60 %
+# of its spread and the batch's share (slope x mean batch) is a quarter of the mean step or more
+ROOFLINE_SATURATED_RATIO = 0.5
+STEP_FIT_MIN_R2 = 0.6
+STEP_BATCH_SHARE_RATIO = 0.25
+
+
+@derived(
+    "step_wall_proofs_count",
+    formula=f"how many hold: roofline_fraction_ratio >= {ROOFLINE_SATURATED_RATIO}; the step grows with the batch "
+    f"(slope > 0, R² >= {STEP_FIT_MIN_R2}, slope x mean batch >= {STEP_BATCH_SHARE_RATIO} of the mean step)",
+)
+def step_wall_proofs(signals: SignalSet) -> float:
+    proofs = 0
+    why = []
+    try:
+        proofs += need(signals, "roofline_fraction_ratio", "value") >= ROOFLINE_SATURATED_RATIO
+    except Missing as exc:
+        why.append(str(exc))
+    try:
+        shape = step_fit(signals)
+        proofs += shape.r2 >= STEP_FIT_MIN_R2 and shape.batch_share_ratio >= STEP_BATCH_SHARE_RATIO
+    except Missing as exc:
+        why.append(str(exc))
+    if len(why) == 2:
+        raise Missing("; ".join(why))
+    return float(proofs)
+
+
+# the proofs that it is not: decode far under the ceiling (the host's gaps take most of each step), or a step that
+# holds still while the batch varies (the batch sets none of its pace)
+ROOFLINE_FAR_UNDER_RATIO = 0.25
+
+
+@derived(
+    "step_not_the_wall_proofs_count",
+    formula=f"how many hold: roofline_fraction_ratio < {ROOFLINE_FAR_UNDER_RATIO}; step_batch_share_ratio < "
+    f"{STEP_BATCH_SHARE_RATIO} (a fit over a batch that varied)",
+)
+def step_not_the_wall_proofs(signals: SignalSet) -> float:
+    proofs, why = 0, []
+    try:
+        proofs += need(signals, "roofline_fraction_ratio", "value") < ROOFLINE_FAR_UNDER_RATIO
+    except Missing as exc:
+        why.append(str(exc))
+    try:
+        proofs += step_fit(signals).batch_share_ratio < STEP_BATCH_SHARE_RATIO
+    except Missing as exc:
+        why.append(str(exc))
+    if len(why) == 2:
+        raise Missing("; ".join(why))
+    return float(proofs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from llmdiag.engine.causes import Choice, choose
 from llmdiag.engine.confidence import class_confidence, from_logs, judge, terms
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.fixes import engine_fixes, engine_of, fixes_for
+from llmdiag.engine.slo import add_slo_signals
 from llmdiag.errors import option
 from llmdiag.model import (
     BOTTLENECK_CATEGORIES,
@@ -65,6 +66,9 @@ NOT_EVALUATED_REASON: dict[Category, Callable[[], str]] = {
     ),
 }
 TELEMETRY_PROBES = {Category.network: frozenset({"dcgm", "nvml"})}
+# the user's TPOT SLO breached (advisory: what users feel, not what limits the server). With no class found and no
+# proof either way (CMP008: the step is the wall; SCH013/SCH014: the host is), slow tokens are not healthy: unknown
+SLO_BREACH = "CMP001"
 
 
 def _lookup(signals: SignalSet, ref: SignalRef) -> tuple[float | None, str]:
@@ -290,16 +294,26 @@ def confidence(bottleneck: Bottleneck, choice: Choice, signals: SignalSet) -> tu
 
 
 def _summary(
-    bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet, missing: list[str], idle_why: str = ""
+    bottleneck: Bottleneck,
+    primary: Finding | None,
+    signals: SignalSet,
+    missing: list[str],
+    idle_why: str = "",
+    breach: Finding | None = None,
 ) -> str:
-    text = _class_summary(bottleneck, primary, signals, missing, idle_why)
+    text = _class_summary(bottleneck, primary, signals, missing, idle_why, breach)
     if signals.window.kind == "snapshot":
         text += " (judged from one snapshot: gauges at one moment, no rates)"
     return text
 
 
 def _class_summary(
-    bottleneck: Bottleneck, primary: Finding | None, signals: SignalSet, missing: list[str], idle_why: str
+    bottleneck: Bottleneck,
+    primary: Finding | None,
+    signals: SignalSet,
+    missing: list[str],
+    idle_why: str,
+    breach: Finding | None,
 ) -> str:
     if primary is not None and bottleneck is Bottleneck.stalled:
         return f"Stalled: {primary.summary}"
@@ -350,6 +364,8 @@ def _class_summary(
     for name in missing:
         signal = signals.get(name)
         reasons.append(f"{name} ({signal.unavailable})" if signal is not None and signal.unavailable else name)
+    if breach is not None:
+        return _unproven_slow_tokens(signals) + (" Missing too: " + "; ".join(reasons) + "." if reasons else "")
     if waiting is not None and waiting >= QUEUE_FREE_BELOW:
         slots = ""
         if _has(signals, "batch_slots_in_use_ratio", "value"):
@@ -363,6 +379,44 @@ def _class_summary(
     if idle_why and bottleneck is Bottleneck.unknown:  # nothing ran at any reading: idle, but not shown to be
         return f"Unknown: {idle_why}" + ("; missing " + "; ".join(reasons) if reasons else "") + "."
     return "Unknown: too little evidence to judge; missing " + "; ".join(reasons) + "."
+
+
+def _unproven_slow_tokens(signals: SignalSet) -> str:
+    """Tokens slower than the SLO with no class found: what users wait, why neither the step nor the host is shown
+    to be the wall, and what would show it."""
+    said = render_summary(
+        "Unknown: tokens come {itl_seconds.mean:.3f} s apart on average, {itl_mean_over_slo_tpot_ratio.value:.1f}x "
+        "the TPOT SLO of {slo_tpot_seconds.value:.3f} s, with {requests_running_avg.value:.1f} running and "
+        "nothing preempted, but nothing shows what sets that pace",
+        signals,
+    )
+    proofs = signals.get("step_wall_proofs_count")
+    if proofs is None or proofs.unavailable is not None:
+        reason = proofs.unavailable if proofs is not None else "no proof computed"
+        why = f"Whether the decode step is the wall could not be judged ({reason})"
+    else:  # judged, and neither proof held: the step is not shown to be the wall, and no host rule fired either
+        judged = [
+            render_summary(text, signals)
+            for name, text in (
+                ("roofline_fraction_ratio", "decode at {roofline_fraction_ratio.value:.0%} of the ceiling"),
+                (
+                    "itl_seconds_per_running_request",
+                    "the step {itl_seconds_per_running_request.value:+.4f} s per running request (R² "
+                    "{itl_seconds_per_running_request_r2.value:.2f})",
+                ),
+            )
+            if _has(signals, name, "value")
+        ]
+        why = (
+            f"The decode step is not shown to be the wall ({', '.join(judged)}), nor the host (no GPU seen "
+            "waiting, no server process seen pinned)"
+        )
+    return (
+        f"{said}. {why}. To tell: GPU telemetry (NVML on the GPU host, or {option('dcgm_url')}) shows whether the "
+        f"GPUs wait, and the deployment ({option('gpu')} with {option('model_shape')}, or one known GPU serving a "
+        "known model) places the decode rate under its ceiling; a window in which the batch varies (a load that "
+        "rises or falls) fits the step time against the batch."
+    )
 
 
 def _has(signals: SignalSet, name: str, stat: str) -> bool:
@@ -424,6 +478,7 @@ def _stand_ins(rules: tuple[RuleSpec, ...], outcomes: list[RuleOutcome], finding
 
 def build_verdict(signals: SignalSet, settings: Settings | None = None, target: str = "") -> Verdict:
     settings = settings or Settings()
+    add_slo_signals(signals, settings)
     add_derived(signals)
     rules = tuple(r for r in load_rules() if r.scope == "server")  # fleet rules: llmdiag.engine.fleet
     server = signals.sources[0].probe.removesuffix("-log") if signals.sources else "vllm"
@@ -441,15 +496,18 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
     missing, stand_in_notes = _missing_core(signals)
     idle: bool | None = None
     idle_why = ""
+    breach: Finding | None = None  # slow tokens that no class explains
     if primary is not None and primary.stall:
         bottleneck = Bottleneck.stalled
     elif primary is not None:
         bottleneck = Bottleneck(primary.category.value)
     else:
         idle, idle_why = _idleness(signals)
+        if idle is False:  # traffic was served: healthy only if its tokens came within the SLO
+            breach = next((f for f in findings if f.code == SLO_BREACH), None)
         if idle:
             bottleneck = Bottleneck.idle
-        elif idle is False and not missing:
+        elif idle is False and not missing and breach is None:
             bottleneck = Bottleneck.healthy
         else:
             bottleneck = Bottleneck.unknown
@@ -465,7 +523,7 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
         bottleneck=bottleneck,
         confidence=round(score, 2),
         confidence_label=label,
-        summary=_summary(bottleneck, primary, signals, missing, idle_why if idle is None else ""),
+        summary=_summary(bottleneck, primary, signals, missing, idle_why if idle is None else "", breach),
         window=signals.window,
         findings=findings,
         coverage=_coverage(rules, outcomes, signals),

@@ -95,6 +95,13 @@ def test_healthy_is_ok_with_exit_0_and_perfdata(healthy: LoadedSim, tmp_path: Pa
     assert History(tmp_path / "h.sqlite").count() == 1
 
 
+def test_the_tpot_slo_option_sets_the_line_slow_tokens_cross(healthy: LoadedSim):
+    # the healthy replica decodes in ~7 ms steps: well inside the default 50 ms SLO, past a 1 ms one
+    assert "CMP001" not in run_cli("check", *healthy.args(), *WINDOW, "--no-history").stdout
+    result = run_cli("check", *healthy.args(), *WINDOW, "--no-history", "--slo-tpot", "0.001")
+    assert re.search(r"CMP001 decode-step-slow: .*the TPOT SLO of 0\.001 s", result.stdout), result.stdout
+
+
 def test_memory_starved_is_a_problem_with_the_state_its_perfdata_says(memory: LoadedSim, tmp_path: Path):
     result = run_cli("check", *memory.args(), *WINDOW, "--no-history")
     state, perf = assert_nagios(result.stdout)

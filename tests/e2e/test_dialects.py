@@ -131,22 +131,49 @@ def test_healthy_preset_is_healthy(dialect):
         assert itl["stats"]["mean"] == pytest.approx(stat(verdict, "client_tpot_seconds", "p50"), rel=0.5)
 
 
+def deployment_flags(preset_name: str) -> tuple[str, ...]:
+    """--gpu/--model-shape/--tp of the preset's simulated deployment: slow steps are a compute verdict only with proof
+    that the step is the wall, here the decode rate placed under the deployment's ceiling (CMP008)."""
+    dep = get_preset(preset_name).deployment
+    return ("--gpu", dep.gpu.name, "--model-shape", dep.model.name, "--tp", str(dep.tp))
+
+
 def test_sglang_compute_preset_is_compute():
-    verdict = scan_dialect("sglang", "compute")
+    verdict = scan_dialect("sglang", "compute", *deployment_flags("compute"))
     assert verdict["bottleneck"] == "compute", describe(verdict)
-    assert "CMP001" in codes(verdict)
+    assert {"CMP001", "CMP008"} <= codes(verdict)
+    assert stat(verdict, "roofline_fraction_ratio", "value") >= 0.5
     assert stat(verdict, "itl_seconds", "mean") >= 0.05
     assert stat(verdict, "kv_cache_usage_ratio", "max") < 0.8
 
 
-@pytest.mark.parametrize("dialect", ["tgi", "llamacpp", "triton"])
-def test_compute_preset_is_compute_without_a_kv_gauge_or_token_latency(dialect):
-    """TGI and Triton have no token-latency histogram, llama.cpp neither that nor a KV gauge: their mean step time
-    still names the slow decode (CMP001 judges a missing KV gauge by the preemption gate alone)."""
-    verdict = scan_dialect(dialect, "compute")
+def test_tgi_compute_preset_is_compute_without_a_token_counter():
+    """TGI has no output-token counter: the decode rate placed under the ceiling is its running requests over its
+    mean step (one token per running request a step), and that proves the step is the wall."""
+    verdict = scan_dialect("tgi", "compute", *deployment_flags("compute"))
     assert verdict["bottleneck"] == "compute", describe(verdict)
-    assert "CMP001" in codes(verdict)
+    assert {"CMP001", "CMP008"} <= codes(verdict)
+    roofline = verdict["roofline"]
+    assert roofline["measured_tokens_per_second"] == pytest.approx(
+        stat(verdict, "requests_running_avg", "value") / stat(verdict, "itl_seconds", "mean")
+    )
     assert stat(verdict, "itl_seconds", "mean") >= 0.05
+
+
+@pytest.mark.parametrize("dialect", ["llamacpp", "triton"])
+def test_compute_preset_without_request_lengths_is_the_slo_breach_only(dialect):
+    """llama.cpp and Triton give no prompt or output lengths, so the decode rate cannot be placed under the ceiling,
+    and a steady batch gives nothing to fit the step against: their mean step still names the slow decode as the
+    SLO breach (CMP001, judging a missing KV gauge by the preemption gate alone), never as a proven compute wall,
+    and never as healthy: the verdict is unknown and says the breach with its numbers."""
+    verdict = scan_dialect(dialect, "compute", *deployment_flags("compute"))
+    assert verdict["bottleneck"] == "unknown", describe(verdict)
+    cmp001 = next(f for f in verdict["findings"] if f["code"] == "CMP001")
+    assert cmp001["advisory"]
+    assert verdict["signals"]["step_wall_proofs_count"]["unavailable"]
+    itl = stat(verdict, "itl_seconds", "mean")
+    assert itl >= 0.05
+    assert f"tokens come {itl:.3f} s apart" in verdict["summary"], describe(verdict)
 
 
 @pytest.mark.parametrize("dialect", ["sglang", "tgi", "llamacpp", "trtllm", "triton"])

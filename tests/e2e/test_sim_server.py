@@ -313,7 +313,11 @@ def test_preset_memory_scans_memory(tmp_path):
 def test_preset_compute_scans_compute(tmp_path):
     verdict = scan_preset("compute", tmp_path)
     assert verdict["bottleneck"] == "compute", describe(verdict)
-    assert primary(verdict)["code"] == "CMP001"
+    # the step is proven the wall: HBM busy on the simulator's DCGM page (CMP004), decode near the ceiling (CMP008);
+    # the SLO breach (CMP001) is said beside them, never as the class
+    assert primary(verdict)["code"] in ("CMP004", "CMP008")
+    codes = {f["code"]: f for f in verdict["findings"]}
+    assert "CMP008" in codes and codes["CMP001"]["advisory"]
     assert stat(verdict, "itl_seconds", "mean") >= 0.05
     assert stat(verdict, "kv_cache_usage_ratio", "max") < 0.8
     assert stat(verdict, "preemptions_per_second", "rate") == 0

@@ -136,6 +136,9 @@ class LoadStats:
     error_messages: Counter = field(default_factory=Counter)  # first 160 chars -> count
     prompt_words: int | None = None
     prompt_tokens_measured: int | None = None
+    # every request as its user timed it (time.monotonic()), cancelled ones too: (sent, first token or None, ended,
+    # output tokens or None, ok)
+    timings: list = field(default_factory=list)
 
     @property
     def errors_total(self) -> int:
@@ -224,6 +227,9 @@ class Load(BackgroundLoad):
 
     def _count(self, result: RequestResult) -> None:
         stats = self.stats
+        stats.timings.append(
+            (result.started_at, result.first_token_at, result.ended_at, result.output_tokens, result.ok)
+        )
         if result.ok:
             stats.ok += 1
             stats.completion_tokens += result.output_tokens or 0

@@ -16,8 +16,10 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -420,15 +422,107 @@ def test_admission(tiny_model: Path) -> None:
     assert evidence, scan.describe("no finding cites admission_rejections_per_second > 0")
 
 
-def test_compute(tiny_model: Path, dummy_139m_model: Path) -> None:
+# The compute test's load: a decode-heavy load (short prompts, long outputs) at two levels inside one scan window, so
+# the scan can fit the step time against the batch; on a CPU vLLM there is no GPU ceiling to place the decode rate
+# under, and that fit is the proof that the step is the wall. High first, then low: stopping users cancels their
+# requests at once, where adding them would start with a burst of prefills.
+# On this CPU the 139 M model's tokens came 28 ms apart at 4 users and 53 ms at 16 (a first run): the high level is
+# 32 users, so that the window's tokens come slower than the default TPOT SLO and the slow decode is judged at all.
+COMPUTE_LOW_USERS = 4
+COMPUTE_HIGH_USERS = 32
+COMPUTE_PROMPT_TOKENS = 64
+COMPUTE_OUTPUT_TOKENS = 128
+COMPUTE_SCAN_SECONDS = 20
+# the scan's process starts scraping a few seconds after launch: the switch lands near the window's middle
+COMPUTE_SWITCH_AFTER_SECONDS = 13.0
+COMPUTE_LOW_AFTER_SCAN_SECONDS = 15.0  # more of the low level for the client's own measure
+LEVEL_SETTLE_SECONDS = 1.0  # a level's requests measured from this long after it began
+
+
+@dataclass
+class Level:
+    """One load level as the harness's own clients timed it (time.monotonic() span)."""
+
+    start: float
+    end: float
+    itl_seconds: float = 0.0  # mean time between one request's tokens, token-weighted (as vLLM's ITL histogram)
+    in_flight: float = 0.0  # requests in flight, time-averaged over the span
+    requests: int = 0
+
+
+def measure_level(loads: list[Load], start: float, end: float) -> Level:
+    """The level's mean inter-token time over the requests that decoded wholly inside it, and the requests in flight
+    on average (sent and not yet ended, cancelled ones up to their cancellation)."""
+    level = Level(start, end)
+    decode_seconds = tokens = in_flight_seconds = 0.0
+    for load in loads:
+        for sent, first, ended, output, ok in load.stats.timings:
+            in_flight_seconds += max(0.0, min(ended or end, end) - max(sent, start))
+            if ok and first is not None and output and output >= 2 and start <= first and ended <= end:
+                decode_seconds += ended - first
+                tokens += output - 1
+                level.requests += 1
+    assert tokens, f"no request decoded wholly inside the level {start:.1f}-{end:.1f}"
+    level.itl_seconds = decode_seconds / tokens
+    level.in_flight = in_flight_seconds / (end - start)
+    return level
+
+
+def test_compute(tiny_model: Path, dummy_139m_model: Path, tmp_path: Path) -> None:
+    """Two load levels in one window: the scan fits the step against the batch (CMP008), and its slope is the one the
+    harness measures from its own clients at the two levels: Δ mean inter-token time / Δ requests in flight."""
     spec = STATES["compute"]
+    high_users = COMPUTE_HIGH_USERS
+    shape = dict(prompt_tokens=COMPUTE_PROMPT_TOKENS, output_tokens=COMPUTE_OUTPUT_TOKENS, max_seconds=LOAD_SECONDS)
+    switched: dict[str, float] = {}
     with start_server(spec, tiny_model, dummy_139m_model) as server:
-        scan, load = drive_and_scan(server, spec)
-    assert load is not None and load.stats.errors_total == 0, load.stats.as_dict()
+        low = Load(server.base_url, server.model_name, users=COMPUTE_LOW_USERS, **shape)
+        extra = Load(server.base_url, server.model_name, users=high_users - COMPUTE_LOW_USERS, **shape)
+        with low, extra:
+            high_start = time.monotonic()
+            time.sleep(WARMUP_SECONDS)
+            assert low.running and extra.running, (low.stats.as_dict(), extra.stats.as_dict())
+
+            def switch() -> None:
+                extra.stop()  # cancels the extra users' requests: the batch drops at once
+                switched.update(monotonic=time.monotonic(), unix=time.time())
+
+            timer = threading.Timer(COMPUTE_SWITCH_AFTER_SECONDS, switch)
+            before = ServerPage(server)
+            timer.start()
+            scan = run_scan(server, duration=COMPUTE_SCAN_SECONDS)
+            scan.bracket = (before, ServerPage(server))
+            timer.join()
+            time.sleep(COMPUTE_LOW_AFTER_SCAN_SECONDS)
+            low_end = time.monotonic()
+            assert low.running, f"load ended early: {low.stats.as_dict()}"
+        assert server.is_running(), f"server died under load\n{server.log_tail()}"
+    for load in (low, extra):
+        assert load.error is None and load.stats.errors_total == 0, load.stats.as_dict()
+    window = scan.data["window"]
+    assert window["start_unix"] < switched["unix"] < window["end_unix"], scan.describe(
+        f"the switch at {switched['unix']:.1f} fell outside the window"
+    )
+    high = measure_level([low, extra], high_start + LEVEL_SETTLE_SECONDS, switched["monotonic"])
+    low_level = measure_level([low], switched["monotonic"] + LEVEL_SETTLE_SECONDS, low_end)
+    harness_slope = (high.itl_seconds - low_level.itl_seconds) / (high.in_flight - low_level.in_flight)
+    figures = f"harness: high {high}, low {low_level}, slope {harness_slope:.5f} s per request"
+    (tmp_path / "scan.json").write_text(json.dumps(scan.data, indent=1))  # the signals, to read when it fails
+    print(figures, f"(scan JSON in {tmp_path / 'scan.json'})")
+    context = scan.describe(figures)
+
     assert_bottleneck(scan, "compute")
     primary = scan.data["findings"][0]
-    assert primary["category"] == "compute", scan.describe("primary finding is not compute")
-    assert_compute_evidence_is_the_servers(scan, spec.users)
+    assert primary["code"] == "CMP008", context
+    fitted = finding_evidence(scan, "CMP008")[("itl_seconds_per_running_request", "value")]
+    assert fitted is not None, context
+    print(f"scan: fitted slope {fitted:.5f} s per running request")
+    # the same physics measured two ways: the server's batch and output rate interval by interval, and the clients'
+    # own token times at two levels; same sign, and within a factor of 3 (the running gauge counts requests in
+    # prefill, the clients count requests waiting too)
+    assert harness_slope > 0 and fitted > 0, context
+    assert 1 / 3 <= fitted / harness_slope <= 3, context
+    assert_compute_evidence_is_the_servers(scan, high_users)
 
 
 def assert_compute_evidence_is_the_servers(scan: Scan, users: int) -> None:

@@ -24,7 +24,9 @@ from datetime import datetime, timezone
 from llmdiag.collect.exposition import Scrape, label_key
 from llmdiag.collect.paste import FENCE_RE, QUOTE_RE, unquote_line
 from llmdiag.collect.signals import build_signal_set
-from llmdiag.errors import InputFileError, UsageError
+from llmdiag.collect.source import catalogue_gpu as catalogue_gpu
+from llmdiag.collect.source import gpus_config
+from llmdiag.errors import InputFileError
 from llmdiag.model import Signal, SignalSet, SourceInfo, Window
 from llmdiag.schema.loader import load_probe
 
@@ -615,32 +617,12 @@ def _scrape(snapshot: Snapshot) -> Scrape:
     return scrape
 
 
-def catalogue_gpu(name: str) -> str | None:
-    """The probes/tables/gpus.toml entry nvidia-smi's product name is, or None ('NVIDIA H100 80GB HBM3' → H100)."""
-    from llmdiag.physics.hardware import find_gpu  # the GPU tables load on first use only
-
-    for candidate in (name, re.sub(r"^NVIDIA\s+", "", name)):
-        try:
-            return find_gpu(candidate).name
-        except UsageError:
-            continue
-    return None
-
-
 def _source_info(snapshot: Snapshot, origin: str) -> SourceInfo:
-    names: dict[str, int] = {}
-    for gpu in snapshot.gpus:
-        names[gpu.name] = names.get(gpu.name, 0) + 1
-    config = {"format": FORMATS[snapshot.fmt], "gpus": ", ".join(f"{n} × {name}" for name, n in names.items())}
+    config = {"format": FORMATS[snapshot.fmt], **gpus_config(gpu.name for gpu in snapshot.gpus)}
     if snapshot.driver:
         config["driver"] = snapshot.driver
     if snapshot.cuda:
         config["cuda"] = snapshot.cuda
-    known = {catalogue_gpu(name) for name in names}
-    if len(names) == 1 and None not in known:
-        config["gpu"] = known.pop() or ""
-    elif None in known:
-        config["gpu_note"] = "not in probes/tables/gpus.toml (or cut short in the table): capacity needs the GPU named"
     return SourceInfo(
         probe=PROBE, url=origin, server="nvidia-smi", note=f"one {FORMATS[snapshot.fmt]} snapshot", config=config
     )

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmdiag.collect.exposition import Scrape, label_key
-from llmdiag.collect.source import Source, unavailable_source
+from llmdiag.collect.source import Source, gpus_config, unavailable_source
 from llmdiag.errors import ProbeError, option
 from llmdiag.model import SourceInfo
 from llmdiag.schema.links import describe_link, nvlink_name
@@ -404,10 +404,7 @@ class NvmlSampler:
 
     def describe(self) -> dict[str, str]:
         """What the coverage shows about the GPUs read."""
-        names: dict[str, int] = {}
-        for gpu in self.gpus:
-            names[gpu.name] = names.get(gpu.name, 0) + 1
-        details = {"gpus": ", ".join(f"{n} × {name}" for name, n in names.items())}
+        details = gpus_config(gpu.name for gpu in self.gpus)
         with contextlib.suppress(self.nvml.NVMLError):
             details["driver"] = _text(self.nvml.nvmlSystemGetDriverVersion())
         mig = [str(g.index) for g in self.gpus if g.mig_enabled]

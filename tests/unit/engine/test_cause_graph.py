@@ -31,10 +31,11 @@ EXPLAINS = {
     Category.compute: {Category.scheduling},
     Category.scheduling: set(),
 }
-# one real rule per class with its ladder signal; every network rule is a preview one
+# one real stable rule per class with its ladder signal (network's are all preview; CMP001, the SLO breach, is
+# advisory and never a class)
 RULE = {
     Category.memory: ("MEM001", "preemptions_per_finished_request"),
-    Category.compute: ("CMP001", "itl_seconds"),
+    Category.compute: ("CMP002", "prefill_time_seconds"),
     Category.scheduling: ("SCH001", "requests_waiting_avg"),
     Category.network: ("NET004", "link_utilization_ratio"),
 }
@@ -120,8 +121,8 @@ def test_a_rival_at_either_severity_never_raises_the_confidence_and_is_named():
     lower = judged([memory, of(Category.compute, Severity.warning)])
     alone = judged([memory])
     assert same[0] is lower[0] is Bottleneck.memory
-    assert same[1] <= alone[1] and lower[1] <= alone[1]
-    assert any("CMP001 (compute, critical) fired too" in note for note in same[2])
+    assert same[1] < alone[1] and lower[1] < alone[1]  # both cannot be the cause: they share one probability
+    assert any("CMP002 (compute, critical) fired too" in note for note in same[2])
 
 
 def test_a_symptom_of_a_rival_is_named_as_such_and_costs_nothing_more():
@@ -133,7 +134,7 @@ def test_a_symptom_of_a_rival_is_named_as_such_and_costs_nothing_more():
     bottleneck, score, notes = judged([memory, link, steps])
     assert bottleneck is Bottleneck.memory
     said = " | ".join(notes)
-    assert "CMP001 (compute) is a symptom of network" in said
+    assert "CMP002 (compute) is a symptom of network" in said
     assert "NET004 (network, warning) fired too, and memory does not explain it" in said
     assert score == judged([memory, link])[1]
 
@@ -142,7 +143,7 @@ def test_a_symptom_of_a_rival_is_named_as_such_and_costs_nothing_more():
 
 
 def test_a_preview_rule_starts_no_higher_than_a_stable_one_at_the_same_severity():
-    stable = judged([finding("CMP001", Category.compute, Severity.critical, "itl_seconds")])
+    stable = judged([finding("CMP002", Category.compute, Severity.critical, "prefill_time_seconds")])
     preview = judged([finding("CMP005", Category.compute, Severity.critical, "sm_clock_ratio")])
     assert preview[1] <= stable[1]
     assert any("CMP005 is a preview rule" in note for note in preview[2])
@@ -155,18 +156,18 @@ def test_a_class_found_by_preview_rules_alone_weighs_no_more_than_with_a_stable_
         finding("NET007", Category.network, Severity.critical, "exposed_comm_share_of_step_ratio", margin=5.0),
     ]
     _, score, _ = judged(link)
-    _, with_stable, _ = judged([*link, finding("CMP001", Category.network, Severity.critical, "itl_seconds")])
+    _, with_stable, _ = judged([*link, finding("CMP002", Category.network, Severity.critical, "prefill_time_seconds")])
     assert score <= with_stable
 
 
 def test_a_second_finding_on_the_same_signal_adds_nothing():
-    # CMP003 and CMP004 read CMP001's own inter-token mean with CMP001's thresholds: the same evidence again
-    cmp001 = finding("CMP001", Category.compute, Severity.critical, "itl_seconds")
-    again = finding("CMP004", Category.compute, Severity.critical, "itl_seconds")
-    other = finding("CMP002", Category.compute, Severity.critical, "prefill_time_seconds")
-    alone = judged([cmp001])[1]
-    assert judged([cmp001, again])[1] == alone
-    assert judged([cmp001, other])[1] >= alone
+    # CMP003, CMP004 and CMP008 all read the inter-token mean over the SLO with the same thresholds: each says where
+    # the time goes, none is a second witness that it is slow; the prefill's share of TTFT is
+    cmp008 = finding("CMP008", Category.compute, Severity.critical, "itl_mean_over_slo_tpot_ratio")
+    again = finding("CMP004", Category.compute, Severity.critical, "itl_mean_over_slo_tpot_ratio")
+    prefill = finding("CMP002", Category.compute, Severity.critical, "prefill_time_seconds")
+    assert judged([cmp008, again])[1] == judged([cmp008])[1]
+    assert judged([prefill, cmp008])[1] >= judged([prefill])[1]
 
 
 # --- the two shapes end to end ----------------------------------------------------------------------------------
@@ -205,8 +206,8 @@ def test_kv_full_and_preempting_beside_admission_rejections_is_memory():
 
 
 def test_slow_steps_beside_a_busy_link_are_the_links():
-    # inter-token mean 0.12 s (CMP001 critical) with KV at half; the GPUs busy 95 % of the time but the SMs only 42 %
-    # (1 - 0.42 / 0.95 = 0.56 of the busy time idle: NET001 warning) while NVLink moves 45 + 45 GB/s
+    # inter-token mean 0.12 s (CMP001 critical: the SLO breach) with KV at half; the GPUs busy 95 % of the time but the
+    # SMs only 42 % (1 - 0.42 / 0.95 = 0.56 of the busy time idle: NET001 warning) while NVLink moves 45 + 45 GB/s
     window = dict(HEALTHY)
     window.update(
         # 4 running at 0.12 s a token: 33 tokens/s in all, 667 in the 20 s window
@@ -226,14 +227,15 @@ def test_slow_steps_beside_a_busy_link_are_the_links():
     assert verdict.bottleneck is Bottleneck.network, verdict.summary
     idle = {e.signal: e.value for e in codes["NET001"].evidence}["sm_idle_while_gpu_busy_ratio"]
     assert idle == pytest.approx(1 - 0.42 / 0.95)
-    assert any("CMP001 (compute) is a symptom of network" in note for note in verdict.notes)
+    # the slow tokens are said beside it (advisory), never a rival class
+    assert codes["CMP001"].advisory and "compute" not in verdict.class_confidence
     # the link's only finding is a preview rule: named
     assert any("NET001 is a preview rule" in note for note in verdict.notes)
 
 
-def test_hbm_bound_steps_beside_cmp001_on_the_same_latency_add_nothing_end_to_end():
-    # inter-token mean 0.12 s with KV at half (CMP001 critical); DCGM shows HBM busy 72 % and the tensor pipes 12 %:
-    # CMP004 fires on the same 0.12 s, which says where the time goes but is no second witness that it is slow
+def test_hbm_bound_steps_are_compute_where_slow_tokens_alone_are_not():
+    # inter-token mean 0.12 s with KV at half (CMP001 critical: the SLO breach, advisory); DCGM shows HBM busy 72 %
+    # and the tensor pipes 12 %: CMP004 is the proof that the step is the wall, and names compute
     window = dict(HEALTHY)
     window.update(
         generation_tokens_per_second={"rate": 33.3, "increase": 667.0},
@@ -246,9 +248,9 @@ def test_hbm_bound_steps_beside_cmp001_on_the_same_latency_add_nothing_end_to_en
         with_dcgm.add(Signal(name=name, kind="gauge", unit="", stats={"mean": mean, "max": mean, "min": mean}))
     both = build_verdict(with_dcgm)
     assert [f.code for f in plain.findings] == ["CMP001"]
+    assert plain.bottleneck is not Bottleneck.compute, plain.summary
     assert {f.code for f in both.findings} == {"CMP001", "CMP004"}
-    assert plain.bottleneck is both.bottleneck is Bottleneck.compute
-    assert both.findings[0].code == "CMP001"  # the stable rule heads its preview twin
-    assert both.confidence == plain.confidence
-    dram = {e.signal: e.value for e in both.findings[1].evidence}["dram_active_ratio"]
+    assert both.bottleneck is Bottleneck.compute
+    assert both.findings[0].code == "CMP004"
+    dram = {e.signal: e.value for e in both.findings[0].evidence}["dram_active_ratio"]
     assert dram == 0.72

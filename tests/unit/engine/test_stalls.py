@@ -191,7 +191,7 @@ def test_a_stall_with_a_slow_step_is_never_compute_bound():
     verdict = build_verdict(readings.signal_set("vllm-log"))
     assert_stalled(verdict, "SCH003")
     assert any(f.code == "CMP001" for f in verdict.findings)
-    assert verdict.class_confidence["compute"] < 0.5
+    assert verdict.class_confidence.get("compute", 0.0) < 0.5  # CMP001 is advisory now: no compute class at all
 
 
 def test_one_quiet_line_at_the_end_is_not_a_stall():

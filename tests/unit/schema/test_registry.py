@@ -17,11 +17,13 @@ from llmdiag.collect.files import collect_files
 from llmdiag.collect.logs import collect_logs
 from llmdiag.collect.servers.llamacpp import finish_llamacpp_signals
 from llmdiag.collect.trace.signals import trace_signals
+from llmdiag.config import Settings
 from llmdiag.engine.baseline import BASELINE_SIGNALS, Baseline, add_baseline_signals
 from llmdiag.engine.capacity import roofline_signal
 from llmdiag.engine.derived import REGISTRY as DERIVED
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.fleet import FLEET_SIGNALS, fleet_signal_set
+from llmdiag.engine.slo import SLO_SIGNALS, add_slo_signals
 from llmdiag.errors import LlmdiagError, RuleSpecError
 from llmdiag.model import Roofline, Signal, SignalSet, TraceReport
 from llmdiag.schema.base import parse_toml
@@ -123,6 +125,13 @@ def test_baseline_signals_are_declared():
     add_baseline_signals(signals, Baseline(target="t", since_unix=0.0, days=7.0, min_checks=3))
     _exactly_declared(signals, "baseline")
     assert {name for name, _ in BASELINE_SIGNALS.values()} == _names(signals)
+
+
+def test_slo_signals_are_declared():
+    signals = SignalSet()
+    add_slo_signals(signals, Settings(slo_tpot_seconds=0.08))
+    _exactly_declared(signals, "slo")
+    assert set(SLO_SIGNALS) == _names(signals)
 
 
 def test_canary_signals_are_declared():
