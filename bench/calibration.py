@@ -47,7 +47,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: bench/ and tests/ import 
 
 from bench.calib_fit import FEATURES, RIDGE, fit, predict  # noqa: E402
 from bench.calib_grid import MIXED, GridSpec, cases_of, run_one  # noqa: E402
-from llmdiag.engine.confidence import LOG_PROBE_SUFFIX  # noqa: E402
+from llmdiag.engine.confidence import FIELD_LOGS, LOG_PROBE_SUFFIX  # noqa: E402
 from llmdiag.model import Verdict  # noqa: E402
 from llmdiag.render.files import write_atomic  # noqa: E402
 from llmdiag.schema.base import parse_toml  # noqa: E402
@@ -523,6 +523,10 @@ def render_all(sources: dict[str, list[Outcome]], wrong_cases: bool = False) -> 
     return "\n".join(parts)
 
 
+def field_logs(sources: dict[str, list[Outcome]]) -> list[Outcome]:
+    return [o for o in sources["field"] if o.from_logs]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small sim grid, no field corpus")
@@ -544,13 +548,14 @@ def main(argv: list[str] | None = None) -> int:
     print(render_fit(result))
     if not args.write:
         return 0
-    write_model(result, {})
+    # the log cap's figure depends on the classes alone, not on the weights: in place before measuring again
+    write_model(result, {FIELD_LOGS: figures(field_logs(sources))})
     sources = measure(quick=False)  # the engine now states the fitted confidence: measure what it states
     print("# measured with the fitted confidence applied by the engine\n")
     print(render_all(sources, args.cases))
     measured = {key: figures(cases) for key, cases in sources.items()}
     # the engine caps a verdict read from a server log at this accuracy: the fit saw no log (llmdiag.engine.confidence)
-    measured["field_logs"] = figures([o for o in sources["field"] if o.from_logs])
+    measured[FIELD_LOGS] = figures(field_logs(sources))
     write_model(result, measured)
     print(f"wrote {MODEL_PATH.relative_to(REPO_ROOT)}")
     return 0
