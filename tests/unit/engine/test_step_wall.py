@@ -10,7 +10,6 @@ model, step = fixed + per-request x batch, and the tests assert the per-request 
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
 
 import pytest
