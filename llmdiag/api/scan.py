@@ -19,8 +19,9 @@ from llmdiag.engine.capacity import deployment_seen, roofline_for_window, roofli
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.evaluate import build_verdict
 from llmdiag.engine.settle import VerdictSettler
-from llmdiag.errors import UsageError, option
+from llmdiag.errors import InputFileError, UsageError, option
 from llmdiag.model import Roofline, SignalSet, SourceInfo, TraceReport, Verdict
+from llmdiag.physics.hardware import ModelSpec, cached_model_config, load_model_config
 from llmdiag.physics.step import Deployment
 
 
@@ -82,13 +83,24 @@ def diagnose(
     return verdict
 
 
+def cached_model(name: str) -> tuple[ModelSpec, str] | None:
+    """A served model the model table lacks, from the Hugging Face cache on this machine (its config.json)."""
+    path = cached_model_config(name)
+    if path is None:
+        return None
+    try:
+        return load_model_config(path), f"the Hugging Face cache's {path}"
+    except InputFileError:
+        return None  # a shape llmdiag does not model (MLA, no hidden size): no ceiling rather than a wrong one
+
+
 def place_under_ceiling(signals: SignalSet, deployment: Deployment | None) -> Roofline | None:
     """The decode rate under the deployment's ceiling, as a signal the rules read (CMP008's proof): the deployment
     given, else the one the window shows (one GPU of a known kind serving a known model; the coverage says where
     each fact came from)."""
     where = f"given ({option('gpu')}/{option('model_shape')}/{option('tp')})"
     if deployment is None:
-        deployment, where = deployment_seen(signals)
+        deployment, where = deployment_seen(signals, local_model=cached_model)
         if deployment is None:
             return None
         signals.sources.append(SourceInfo(probe="deployment", server="deployment", note=where))

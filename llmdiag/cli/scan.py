@@ -54,7 +54,7 @@ from llmdiag.config import Settings
 from llmdiag.engine.settle import AUTO_MIN_SECONDS
 from llmdiag.errors import LlmdiagError, UsageError
 from llmdiag.model import FleetReport, TraceReport
-from llmdiag.physics.hardware import find_gpu, find_model
+from llmdiag.physics.hardware import find_gpu, find_model, load_model_config
 from llmdiag.physics.step import Deployment
 from llmdiag.render.fleet import render_fleet
 
@@ -72,15 +72,30 @@ class DeploymentFlags:
         str | None,
         typer.Option("--model-shape", help="The served model's shape (e.g. llama-3-8b), with --gpu."),
     ] = None
+    model_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--model-config",
+            help="The served model's Hugging Face config.json, instead of --model-shape (a model not in the table).",
+        ),
+    ] = None
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size, with --gpu.", min=1)] = 1
 
     def deployment(self) -> Deployment | None:
-        """--gpu and --model-shape together name a deployment; one alone is a mistake."""
-        if self.gpu is None and self.model_shape is None:
+        """--gpu and the model's shape (--model-shape or --model-config) together name a deployment; one alone is a
+        mistake."""
+        if self.model_shape is not None and self.model_config is not None:
+            raise UsageError("--model-shape and --model-config name the model twice", "give one of them")
+        model = self.model_shape or self.model_config
+        if self.gpu is None and model is None:
             return None
-        if self.gpu is None or self.model_shape is None:
-            raise UsageError("--gpu and --model-shape go together", "e.g. --gpu H100 --model-shape llama-3-8b --tp 1")
-        return Deployment(find_gpu(self.gpu), find_model(self.model_shape), tp=self.tp)
+        if self.gpu is None or model is None:
+            raise UsageError(
+                "--gpu and --model-shape (or --model-config) go together",
+                "e.g. --gpu H100 --model-shape llama-3-8b --tp 1",
+            )
+        spec = load_model_config(self.model_config) if self.model_config is not None else find_model(str(model))
+        return Deployment(find_gpu(self.gpu), spec, tp=self.tp)
 
 
 @app.command()
@@ -145,6 +160,7 @@ def scan(
             "--pid": telemetry.pid,
             "--gpu": deployment.gpu,
             "--model-shape": deployment.model_shape,
+            "--model-config": deployment.model_config,
             "--trace": trace,
             "--nvml-replay": telemetry.nvml_replay,
             "--markdown": output.markdown or None,

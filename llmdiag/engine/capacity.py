@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from llmdiag.errors import UsageError, option
@@ -556,7 +557,9 @@ def roofline_signal(roofline: Roofline, where: str = "") -> Signal:
 GPU_COUNT_RE = re.compile(r"(\d+) × ")
 
 
-def deployment_seen(signals: SignalSet) -> tuple[Deployment | None, str]:
+def deployment_seen(
+    signals: SignalSet, local_model: Callable[[str], tuple[ModelSpec, str] | None] | None = None
+) -> tuple[Deployment | None, str]:
     """The deployment the window shows without flags, and where each fact came from (or why there is none): the
     GPU from a telemetry source's product name (NVML, dcgm-exporter's modelName, nvidia-smi) in the GPU table, the
     model from the served model's name in the model table, and TP 1 only where one GPU is seen: on several GPUs
@@ -574,12 +577,16 @@ def deployment_seen(signals: SignalSet) -> tuple[Deployment | None, str]:
     names = [m for s in signals.sources for m in s.models]
     for name in names:
         try:
-            model = find_model(name)
+            model, whence = find_model(name), "model table"
         except UsageError:
-            continue
+            found = local_model(name) if local_model is not None else None
+            if found is None:
+                continue
+            model, whence = found
         where = (
             f"GPU {gpu_name} from {source.probe} ({source.config['gpus']}), model {model.name} from the served "
-            f"model '{name}' (model table), TP 1 (one GPU seen)"
+            f"model '{name}' ({whence}), TP 1 (one GPU seen)"
         )
         return Deployment(find_gpu(gpu_name), model, tp=1), where
-    return None, f"the served model ({', '.join(names) or 'not named'}) is not in the model table"
+    searched = "the model table" + (" or a local config.json" if local_model is not None else "")
+    return None, f"the served model ({', '.join(names) or 'not named'}) is not in {searched}"

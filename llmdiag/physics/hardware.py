@@ -21,6 +21,7 @@ model cards (models.toml gives each card's figure; a unit test compares them).
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -189,6 +190,31 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 2, "bf16": 2, "fp16": 2}
 
 def config_hint() -> str:
     return f"pass the config.json of a Hugging Face model folder, or a built-in {option('model')}"
+
+
+# a Hugging Face repository id as servers report the model they serve (vLLM's default served name)
+HF_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+def hf_hub_cache() -> Path:
+    """Where the Hugging Face hub keeps its downloads: HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub
+    (the hub library's own order)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or str(Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def cached_model_config(repo_id: str, cache: Path | None = None) -> Path | None:
+    """The config.json of a model the hub cache on this machine holds (the newest snapshot), or None."""
+    if not HF_REPO_ID.match(repo_id):
+        return None
+    snapshots = (cache or hf_hub_cache()) / f"models--{repo_id.replace('/', '--')}" / "snapshots"
+    try:
+        configs = [p for p in snapshots.glob("*/config.json") if p.is_file()]
+    except OSError:
+        return None
+    return max(configs, key=lambda p: p.stat().st_mtime) if configs else None
 
 
 def load_model_config(path: Path) -> ModelSpec:

@@ -684,8 +684,26 @@ def test_insecure_flag_is_accepted_on_plain_http():
 def test_gpu_without_model_shape_is_a_usage_error():
     result = pin(run_cli("scan", "http://127.0.0.1:9", "--gpu", "H100"))
     assert result.returncode == 2
-    assert "--gpu and --model-shape go together" in result.stderr
+    assert "--gpu and --model-shape (or --model-config) go together" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_model_shape_and_model_config_together_is_a_usage_error(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text("{}")
+    result = pin(
+        run_cli("scan", "http://127.0.0.1:9", "--gpu", "H100", "--model-shape", "llama-3-8b", "--model-config", config)
+    )
+    assert result.returncode == 2
+    assert "name the model twice" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_model_config_that_is_not_one_is_one_error(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text("[1, 2]")
+    result = pin(run_cli("scan", "http://127.0.0.1:9", "--gpu", "H100", "--model-config", config))
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "not a model config" in result.stderr
 
 
 def test_unknown_gpu_names_the_known_ones():

@@ -147,6 +147,26 @@ def test_sglang_compute_preset_is_compute():
     assert stat(verdict, "kv_cache_usage_ratio", "max") < 0.8
 
 
+def test_the_model_shape_from_its_config_json_places_the_same_ceiling(tmp_path):
+    """--model-config: the served model's Hugging Face config.json (here the table's own verbatim copy of the
+    preset's model) gives the same shape, so the same ceiling and the same proof, as --model-shape."""
+    import tomllib
+
+    from tests.conftest import REPO_ROOT
+
+    dep = get_preset("compute").deployment
+    table = tomllib.loads((REPO_ROOT / "probes" / "tables" / "models.toml").read_text())
+    config = next(m["config"] for m in table["model"] if m["name"] == dep.model.name)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    flags = ("--gpu", dep.gpu.name, "--model-config", str(path), "--tp", str(dep.tp))
+    verdict = scan_dialect("sglang", "compute", *flags)
+    assert verdict["bottleneck"] == "compute", describe(verdict)
+    assert "CMP008" in codes(verdict)
+    roofline = verdict["roofline"]
+    assert roofline["ceiling_tokens_per_second"] > roofline["measured_tokens_per_second"] > 0
+
+
 def test_tgi_compute_preset_is_compute_without_a_token_counter():
     """TGI has no output-token counter: the decode rate placed under the ceiling is its running requests over its
     mean step (one token per running request a step), and that proves the step is the wall."""

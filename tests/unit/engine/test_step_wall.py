@@ -9,11 +9,12 @@ model, step = fixed + per-request x batch, and the tests assert the per-request 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from llmdiag.api.scan import place_under_ceiling
+from llmdiag.api.scan import cached_model, place_under_ceiling
 from llmdiag.config import DEFAULT_SLO_TPOT_SECONDS, Settings, load_settings
 from llmdiag.engine.capacity import deployment_seen
 from llmdiag.engine.evaluate import build_verdict
@@ -303,6 +304,25 @@ def test_no_deployment_is_guessed(gpus: list[str], served: str, why: str):
     signals = sources(gpus, served) if gpus else SignalSet(sources=[SourceInfo(probe="vllm", models=[served])])
     deployment, where = deployment_seen(signals)
     assert deployment is None and why in where
+
+
+def test_a_served_model_outside_the_table_is_read_from_the_hugging_face_cache(tmp_path, monkeypatch):
+    # vLLM serves a model under its repository id; the hub cache keeps models--ORG--NAME/snapshots/REV/config.json
+    from tests.unit.physics.test_physics import LLAMA_3_8B_CONFIG
+
+    snapshot = tmp_path / "hub" / "models--acme--llama3-support-bot" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(LLAMA_3_8B_CONFIG))
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    signals = sources(["NVIDIA L4"], "acme/llama3-support-bot")
+    assert deployment_seen(signals)[0] is None  # not in the table, and no cache asked
+    deployment, where = deployment_seen(signals, local_model=cached_model)
+    assert deployment is not None, where
+    assert (deployment.model.hidden_size, deployment.model.layers) == (4096, 32)  # the config's, not a guess
+    assert str(snapshot / "config.json") in where and "Hugging Face cache" in where
+    deployment, where = deployment_seen(sources(["NVIDIA L4"], "acme/not-downloaded"), local_model=cached_model)
+    assert deployment is None and "or a local config.json" in where
 
 
 def test_the_seen_deployment_places_the_decode_rate_and_says_where_it_came_from():
