@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmdiag.engine.series import TREND_MIN_READINGS, Missing, fit, trend, value_at
-from llmdiag.engine.stepwall import STEP_FIT_MIN_BATCH_SPREAD, step_fit
+from llmdiag.engine.stepwall import STEP_FIT_MIN_BATCH_SPREAD, StepFit, step_fit
 from llmdiag.errors import LlmdiagError, option
 from llmdiag.model import Signal, SignalSet
 from llmdiag.physics.hardware import GPUS, find_model
@@ -791,15 +791,23 @@ STEP_BATCH_SHARE_RATIO = 0.25
     f"(slope > 0, R² >= {STEP_FIT_MIN_R2}, slope x mean batch >= {STEP_BATCH_SHARE_RATIO} of the mean step)",
 )
 def step_wall_proofs(signals: SignalSet) -> float:
-    proofs = 0
-    why = []
+    return _proofs(
+        signals,
+        lambda roofline: roofline >= ROOFLINE_SATURATED_RATIO,
+        lambda shape: shape.r2 >= STEP_FIT_MIN_R2 and shape.batch_share_ratio >= STEP_BATCH_SHARE_RATIO,
+    )
+
+
+def _proofs(signals: SignalSet, by_roofline: Callable[[float], bool], by_step: Callable[[StepFit], bool]) -> float:
+    """How many of the two witnesses hold (the roofline fraction, the step's fit against the batch); unavailable
+    only when neither could be read."""
+    proofs, why = 0, []
     try:
-        proofs += need(signals, "roofline_fraction_ratio", "value") >= ROOFLINE_SATURATED_RATIO
+        proofs += by_roofline(need(signals, "roofline_fraction_ratio", "value"))
     except Missing as exc:
         why.append(str(exc))
     try:
-        shape = step_fit(signals)
-        proofs += shape.r2 >= STEP_FIT_MIN_R2 and shape.batch_share_ratio >= STEP_BATCH_SHARE_RATIO
+        proofs += by_step(step_fit(signals))
     except Missing as exc:
         why.append(str(exc))
     if len(why) == 2:
@@ -818,18 +826,11 @@ ROOFLINE_FAR_UNDER_RATIO = 0.25
     f"{STEP_BATCH_SHARE_RATIO} (a fit over a batch that varied)",
 )
 def step_not_the_wall_proofs(signals: SignalSet) -> float:
-    proofs, why = 0, []
-    try:
-        proofs += need(signals, "roofline_fraction_ratio", "value") < ROOFLINE_FAR_UNDER_RATIO
-    except Missing as exc:
-        why.append(str(exc))
-    try:
-        proofs += step_fit(signals).batch_share_ratio < STEP_BATCH_SHARE_RATIO
-    except Missing as exc:
-        why.append(str(exc))
-    if len(why) == 2:
-        raise Missing("; ".join(why))
-    return float(proofs)
+    return _proofs(
+        signals,
+        lambda roofline: roofline < ROOFLINE_FAR_UNDER_RATIO,
+        lambda shape: shape.batch_share_ratio < STEP_BATCH_SHARE_RATIO,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

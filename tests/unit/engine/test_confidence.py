@@ -21,27 +21,19 @@ from llmdiag.engine.confidence import (
 )
 from llmdiag.engine.evaluate import CORE_SIGNALS, build_verdict
 from llmdiag.errors import RuleSpecError
-from llmdiag.model import Bottleneck, Category, Evidence, Finding, Severity, Window
+from llmdiag.model import Bottleneck, Category, Finding, Severity, Window
 from llmdiag.schema.base import parse_toml
 from llmdiag.schema.confidence import FACTORS, ConfidenceModel, load_confidence_model
 from tests.conftest import REPO_ROOT
+from tests.unit.engine.test_cause_graph import finding as cause_graph_finding
 from tests.unit.engine.test_verdict import HEALTHY, make
 
 MODEL_FILE = REPO_ROOT / "rules" / "confidence.toml"
 
 
 def finding(code: str, category: Category, severity: Severity, margin: float = 1.3, stall: bool = False) -> Finding:
-    return Finding(
-        code=code,
-        slug="made-for-the-test",
-        title=code,
-        category=category,
-        severity=severity,
-        summary=f"{code} fired",
-        evidence=[Evidence(signal=f"{code}_ladder", stat="value", value=1.0, unit="", threshold=0.8, op=">=")],
-        margin=margin,
-        stall=stall,
-    )
+    made = cause_graph_finding(code, category, severity, f"{code}_ladder", margin)
+    return made.model_copy(update={"stall": stall})
 
 
 # --- the file ---------------------------------------------------------------------------------------------------
