@@ -12,6 +12,7 @@ import json
 import socket
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -38,9 +39,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    base = tmp_path_factory.mktemp("gloo")
+# torch's own teardown on a loaded 2-core host now and then aborts a rank after the profiler stopped ("terminate
+# called without an active exception", the rank killed by SIGABRT): a crash of the job's machinery, not of what
+# llmdiag reads. Such a run is made once more, with a warning; any other failure fails at once.
+TORCH_ABORT_MARKS = ("terminate called without an active exception", "exitcode: -6")
+
+
+def _run_job(base: Path) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
     out, plan = base / "traces", base / "plan.json"
     command = [
         sys.executable,
@@ -61,7 +66,15 @@ def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         "--plan",
         str(plan),
     ]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=base)
+    return subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=base), out, plan
+
+
+@pytest.fixture(scope="module")
+def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    proc, out, plan = _run_job(tmp_path_factory.mktemp("gloo"))
+    if proc.returncode != 0 and any(mark in proc.stderr for mark in TORCH_ABORT_MARKS):
+        warnings.warn(f"the gloo job aborted in torch's teardown; run once more: {proc.stderr[-400:]}", stacklevel=1)
+        proc, out, plan = _run_job(tmp_path_factory.mktemp("gloo"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["rank0.json", "rank1.json"]
     return out, json.loads(plan.read_text())
