@@ -512,8 +512,12 @@ def test_compute(tiny_model: Path, dummy_139m_model: Path, tmp_path: Path) -> No
     context = scan.describe(figures)
 
     assert_bottleneck(scan, "compute")
-    primary = scan.data["findings"][0]
-    assert primary["code"] == "CMP008", context
+    # the step fit must be among the compute findings; on a loaded host 32 users' prefills can also cross CMP002's
+    # bar (seen once in CI: prefill p50 3.3 s by the server's own histogram), which is compute too
+    codes = [finding["code"] for finding in scan.data["findings"]]
+    assert "CMP008" in codes, context
+    ahead = scan.data["findings"][: codes.index("CMP008")]
+    assert all(finding["category"] == "compute" for finding in ahead), context
     fitted = finding_evidence(scan, "CMP008")[("itl_seconds_per_running_request", "value")]
     assert fitted is not None, context
     print(f"scan: fitted slope {fitted:.5f} s per running request")
