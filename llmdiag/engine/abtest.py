@@ -25,7 +25,7 @@ from itertools import chain
 from operator import is_not, itemgetter
 from typing import Any, Literal, cast
 
-from llmdiag.errors import UsageError, option
+from llmdiag.errors import WorkloadMismatchError, option
 from llmdiag.model.abtest import Comparison, LevelComparison, MetricDiff, Prediction
 from llmdiag.model.load import LoadPoint, LoadReport, quantile
 from llmdiag.model.workload import RequestSample, Workload
@@ -37,10 +37,6 @@ METHOD = (
     "circular block bootstrap over requests in the order they were sent ({resamples} resamples per run, seed "
     "{seed}; block ≥ the requests in flight at once and ≥ n^(1/3)); 95 % percentile interval of after − before"
 )
-
-
-class WorkloadMismatchError(UsageError):
-    """The two runs cannot be compared: their workload, model or server version differ."""
 
 
 def check_comparable(baseline: LoadReport, workload: Workload, baseline_name: str) -> None:

@@ -12,8 +12,9 @@ import random
 import pytest
 
 from llmdiag.client.result import RequestResult
-from llmdiag.engine.abtest import RESAMPLES, Run, Slo, WorkloadMismatchError, check_comparable, compare, compare_point
+from llmdiag.engine.abtest import RESAMPLES, Run, Slo, check_comparable, compare, compare_point
 from llmdiag.engine.load import summarise
+from llmdiag.errors import WorkloadMismatchError
 from llmdiag.model import LoadPoint, LoadReport
 from llmdiag.model.abtest import Prediction
 from llmdiag.model.workload import Workload
