@@ -225,6 +225,36 @@ METRICS = (
 )
 
 
+# what the server's metrics say over each run's window: one figure a run, so no interval; whatif predicts them
+SERVER_FIGURES = (
+    # (name, label, signal, stat, unit, predicted by)
+    ("requests_running_mean", "running (server, mean)", "requests_running", "mean", "requests", "requests_running"),
+    ("requests_waiting_mean", "waiting (server, mean)", "requests_waiting", "mean", "requests", "requests_waiting"),
+    ("kv_peak_ratio", "KV peak (server)", "kv_cache_usage_ratio", "max", "ratio", "kv_peak_ratio"),
+    ("preemptions_per_second", "preemptions (server)", "preemptions_per_second", "rate", "per second",
+     "preemptions_per_second"),
+)  # fmt: skip
+
+
+def server_figures(before: LoadPoint, after: LoadPoint) -> list[MetricDiff]:
+    """The server-side figures of both runs' verdicts, where the server exposes them."""
+    rows = []
+    for name, label, signal, stat, unit, _ in SERVER_FIGURES:
+        b, a = (_stat(p, signal, stat) for p in (before, after))
+        if b is None and a is None:
+            continue
+        row = MetricDiff(name=name, label=label, unit=unit, better="lower", before=b, after=a)
+        if a is not None and b is not None:
+            row.difference, row.change = a - b, "server gauge"
+        rows.append(row)
+    return rows
+
+
+def _stat(point: LoadPoint, signal: str, stat: str) -> float | None:
+    found = point.verdict.signals.get(signal) if point.verdict is not None else None
+    return found.stat(stat) if found is not None else None
+
+
 # --- the bootstrap ------------------------------------------------------------------------------------------
 
 
@@ -271,8 +301,10 @@ def _diff(metric: Metric, before: float | None, after: float | None, shifts: lis
 def _attach_prediction(metrics: list[MetricDiff], prediction: Prediction) -> None:
     figures = prediction.after or {}
     band = prediction.band_ratio
-    for diff, metric in zip(metrics, METRICS, strict=True):
-        value = figures.get(metric.predicted_by) if metric.predicted_by else None
+    predicted_by = {m.name: m.predicted_by for m in METRICS} | {row[0]: row[5] for row in SERVER_FIGURES}
+    for diff in metrics:
+        figure = predicted_by.get(diff.name)
+        value = figures.get(figure) if figure else None
         if value is None:
             continue
         diff.predicted = value
@@ -313,7 +345,7 @@ def compare(
             rate_per_second=after.rate_per_second,
             requests_before=len(before.samples or []),
             requests_after=len(after.samples or []),
-            metrics=compare_point(before, after, slo, workload.seed),
+            metrics=compare_point(before, after, slo, workload.seed) + server_figures(before, after),
             class_before=before.verdict.bottleneck.value if before.verdict is not None else None,
             class_after=after.verdict.bottleneck.value if after.verdict is not None else None,
         )

@@ -41,15 +41,16 @@ class MetricDiff(BaseModel):
 
     name: str  # e.g. "ttft_p50_seconds"
     label: str  # e.g. "TTFT p50"
-    unit: Literal["seconds", "tokens/s", "ratio"]
+    unit: Literal["seconds", "tokens/s", "ratio", "requests", "per second"]
     better: Literal["higher", "lower"]
     before: float | None = None
     after: float | None = None
     difference: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
-    # "better", "worse" (the interval excludes 0 on that side), "no change shown" (it covers 0), or "unavailable"
-    change: Literal["better", "worse", "no change shown", "unavailable"] = "unavailable"
+    # "better", "worse" (the interval excludes 0 on that side), "no change shown" (it covers 0), "unavailable";
+    # "server gauge": read from the server's metrics over the window (one figure per run, so no interval)
+    change: Literal["better", "worse", "no change shown", "unavailable", "server gauge"] = "unavailable"
     predicted: float | None = None  # whatif's `after` figure for this metric, where it gives one
     predicted_low: float | None = None  # the prediction's band (predicted × (1 ± band_ratio))
     predicted_high: float | None = None

@@ -13,7 +13,13 @@ from rich.text import Text
 from llmdiag.model.abtest import Comparison, LevelComparison, MetricDiff
 from llmdiag.render.format import UNAVAILABLE, milliseconds, rate
 
-CHANGE_STYLE = {"better": "green", "worse": "red", "no change shown": "dim", "unavailable": "dim"}
+CHANGE_STYLE = {
+    "better": "green",
+    "worse": "red",
+    "no change shown": "dim",
+    "unavailable": "dim",
+    "server gauge": "dim",
+}
 
 
 def value(v: float | None, unit: str) -> str:
@@ -23,6 +29,10 @@ def value(v: float | None, unit: str) -> str:
         return f"{milliseconds(v)} ms"
     if unit == "ratio":
         return f"{v:.1%}"
+    if unit == "requests":
+        return f"{v:.1f}"
+    if unit == "per second":
+        return f"{v:.2f}/s"
     return rate(v)
 
 

@@ -122,6 +122,12 @@ def test_lifting_the_batch_cap_moves_every_interval_the_way_the_physics_says(rec
     )
     assert m["ttft_p50_seconds"]["predicted"] == 0.02 and m["ttft_p50_seconds"]["predicted_high"] == 0.025
     assert m["output_tokens_per_second"]["predicted"] == 2000.0
+    # the server's own gauges over each window: 4 slots of 16 users, 12 waiting; then nobody waits
+    assert m["requests_running_mean"]["before"] == pytest.approx(4, abs=0.5)
+    assert m["requests_waiting_mean"]["before"] == pytest.approx(12, abs=1.5)
+    assert m["requests_waiting_mean"]["after"] < 1 and m["requests_running_mean"]["after"] > 12
+    assert m["requests_waiting_mean"]["change"] == "server gauge" and m["requests_waiting_mean"]["ci_low"] is None
+    assert m["kv_peak_ratio"]["predicted"] == 0.01
 
 
 def test_a_server_serving_another_model_is_refused_before_any_load(recorded):
