@@ -99,7 +99,7 @@ def stamp(connection: Connection, plan: LoadPlan, workload: Workload, ab: AB | N
         )
     served, version, source = asyncio.run(server_facts(connection, plan))
     if not served:
-        raise UsageError(f"{connection.base_url}/v1/models lists no model", "is the model loaded yet?")
+        raise UsageError(f"{redact_url(connection.base_url)}/v1/models lists no model", "is the model loaded yet?")
     model = plan.model if plan.model in served else served[0]
     stamped = workload.model_copy(
         update={

@@ -263,6 +263,7 @@ def prepare(flags: LoadFlags, replay: ReplayFlags, timeout: float, settings: Set
         )
     recorded = read_workload(replay.workload_file)
     plan = plan_of(recorded, timeout_seconds=timeout, allow_remote=flags.allow_remote)
+    plan.model = flags.model or plan.model  # a server that serves several: the one to compare
     plan.validate_levels()
     ab = None
     if replay.baseline is not None:

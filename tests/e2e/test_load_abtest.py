@@ -11,12 +11,22 @@ rises towards 16/4 = 4×, and streaming speed per user stays about the same.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
+from llmdiag.client.endpoint import Connection
+from llmdiag.collect.load import LoadPlan, server_facts
+from llmdiag.sim.dialect_llamacpp import BUILD as LLAMACPP_BUILD
+from llmdiag.sim.dialect_sglang import SGLANG_VERSION
+from llmdiag.sim.dialect_tgi import TGI_VERSION
+from llmdiag.sim.dialect_trtllm import TRTLLM_VERSION
+from llmdiag.sim.dialects import VLLM_VERSION
+from llmdiag.sim.server import SimServer
 from tests.conftest import run_cli
+from tests.support.httpserver import Reply, ScriptedServer
 
 SHAPE = ("--users", "16", "--duration", "5", "--warmup", "2", "--prompt-tokens", "128", "--output-tokens", "32:64")
 
@@ -141,3 +151,32 @@ def test_a_server_serving_another_model_is_refused_before_any_load(recorded):
         "'meta-llama/Meta-Llama-3-8B'"
     )
     assert lines[1].startswith("HINT: ") and len(lines) == 2
+
+
+@pytest.mark.parametrize(
+    ("dialect", "version", "where"),
+    [
+        ("vllm", VLLM_VERSION, "GET /version 'version'"),
+        ("trtllm", TRTLLM_VERSION, "GET /version 'version'"),
+        ("tgi", TGI_VERSION, "GET /info 'version'"),
+        ("sglang", SGLANG_VERSION, "GET /get_server_info 'version'"),
+        ("llamacpp", LLAMACPP_BUILD, "GET /props 'build_info'"),
+    ],
+)
+def test_the_server_version_is_read_where_each_server_tells_it(dialect, version, where):
+    with SimServer("healthy", dialect=dialect) as sim:
+        connection = Connection(base_url=sim.url)
+        served, got, source = asyncio.run(server_facts(connection, LoadPlan(levels=[1])))
+    assert (got, source) == (version, where) and served
+
+
+def test_a_server_that_tells_no_version_is_unknown_never_empty():
+    def models_only(path: str, headers: dict[str, str]) -> Reply:
+        if path.startswith("/v1/models"):
+            return Reply(body=b'{"data": [{"id": "tiny"}]}', content_type="application/json")
+        return Reply(status=404, body=b"not found")
+
+    with ScriptedServer(models_only) as server:
+        served, version, source = asyncio.run(server_facts(Connection(base_url=server.url), LoadPlan(levels=[1])))
+    assert (served, version) == (["tiny"], None)
+    assert source == "none of /version, /info, /get_server_info, /props told a version"
