@@ -182,3 +182,11 @@ def test_the_prediction_sits_beside_the_measurement_with_its_band():
     unmodelled = compare(before, after, "B.json", Prediction(modelled=False, not_modelled_reason="one scrape"), "W")
     assert unmodelled.prediction_not_modelled == "one scrape"
     assert all(m.predicted is None for m in unmodelled.levels[0].metrics)
+
+
+def test_an_open_loop_block_is_the_requests_in_flight_by_littles_law():
+    # 2 requests a second for 60 s, each 3 s in the system: about 6 in flight at once (n^(1/3) of 120 is 5)
+    results = [request(i * 0.5, 0.1, (3.0 - 0.1) / 19, 20) for i in range(120)]
+    point = summarise(results, 0.0, 65.0, rate_per_second=2.0, keep_samples=True)
+    in_flight = sum(s.e2e_seconds for s in point.samples) / point.window_seconds
+    assert 5 < in_flight < 6 and Run.of(point, Slo(None, None)).block == 6
