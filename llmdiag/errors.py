@@ -3,7 +3,8 @@
 
     LlmdiagError
     ├── UsageError                 bad command-line input
-    │   └── BenchUsageError        a bad argument to the NCCL benchmark (sizes, ops, link …)
+    │   ├── BenchUsageError        a bad argument to the NCCL benchmark (sizes, ops, link …)
+    │   └── WorkloadMismatchError  an A/B of runs whose workload, model or server version differ
     ├── ConfigError                llmdiag.toml is wrong
     │   └── RuleSpecError          a rule or probe file is wrong (path, field, reason)
     ├── InputFileError             a file to analyze is missing or unreadable
@@ -107,6 +108,10 @@ class LlmdiagError(Exception):
 
 class UsageError(LlmdiagError):
     hint = "run `llmdiag --help` for the options"
+
+
+class WorkloadMismatchError(UsageError):
+    """`load --workload W --baseline B`: the two runs measured different things (the message names which)."""
 
 
 class ConfigError(LlmdiagError):

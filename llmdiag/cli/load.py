@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from llmdiag.api.load import run_load
+from llmdiag.api.load import AB, run_load
 from llmdiag.cli.options import (
     ApiKeyOpt,
     ConfigOpt,
@@ -31,10 +31,14 @@ from llmdiag.cli.options import (
 from llmdiag.cli.output import EXIT_OK, fail, load_progress, note, print_json, stdout, write_html, write_output
 from llmdiag.client.endpoint import Connection
 from llmdiag.collect.live import TelemetryOptions
-from llmdiag.collect.load import LoadPlan, TokenLengths
+from llmdiag.collect.load import LoadPlan, TokenLengths, plan_of, workload_of
 from llmdiag.config import Settings, load_settings
 from llmdiag.errors import LlmdiagError, UsageError
 from llmdiag.model import LoadReport
+from llmdiag.model.abtest import read_prediction
+from llmdiag.model.io import load_result
+from llmdiag.model.workload import Workload, read_workload
+from llmdiag.render.files import write_atomic
 from llmdiag.render.load import render_load
 from llmdiag.render.markdown import render_markdown
 from llmdiag.sim.presets import get_preset
@@ -81,6 +85,27 @@ class LoadFlags:
     allow_remote: Annotated[
         bool, typer.Option("--allow-remote", help="Allow a server that is not on this machine.")
     ] = False
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the lengths, prompts and arrival times.")] = 0
+
+    def given(self) -> list[str]:
+        """The flags that shape a load, where given: a replayed workload brings its own."""
+        defaults = LoadFlags()
+        shaping = {
+            "--users": self.users is not None,
+            "--sweep": self.sweep is not None,
+            "--rate": self.rate is not None,
+            "--duration": self.duration != defaults.duration,
+            "--warmup": self.warmup != defaults.warmup,
+            "--requests": self.requests_cap != defaults.requests_cap,
+            "--prompt-tokens": self.prompt_tokens != defaults.prompt_tokens,
+            "--output-tokens": self.output_tokens != defaults.output_tokens,
+            "--chat": self.chat,
+            "--think-time": self.think_time != defaults.think_time,
+            "--seed": self.seed != defaults.seed,
+            "--slo-ttft": self.slo_ttft is not None,
+            "--slo-tpot": self.slo_tpot is not None,
+        }
+        return [flag for flag, on in shaping.items() if on]
 
     def plan(self, timeout_seconds: float) -> LoadPlan:
         if (self.users or self.sweep) and self.rate:
@@ -101,8 +126,28 @@ class LoadFlags:
             chat=self.chat,
             think_time_seconds=self.think_time,
             allow_remote=self.allow_remote,
+            seed=self.seed,
             timeout_seconds=timeout_seconds,
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayFlags:
+    """A recorded workload: save this run's, or replay one and compare it with a baseline run of it."""
+
+    save_workload: Annotated[
+        Path | None, typer.Option("--save-workload", help="Record this load (with its seed) to replay later.")
+    ] = None
+    workload_file: Annotated[
+        Path | None, typer.Option("--workload", help="Replay a recorded workload exactly (same seed).")
+    ] = None
+    baseline: Annotated[
+        Path | None,
+        typer.Option("--baseline", help="A saved `load --json` run of the same workload: report every difference."),
+    ] = None
+    prediction: Annotated[
+        Path | None, typer.Option("--prediction", help="`whatif --json` output: print it beside the measurement.")
+    ] = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,21 +196,21 @@ def load(
     workload: LoadFlags,
     preset: Annotated[str, typer.Option("--preset", help="Simulator state when no URL is given.")] = "healthy",
     target: LoadTargetFlags,
+    replay: ReplayFlags,
     output: LoadOutputFlags,
 ) -> None:
     """Drive a bounded load (closed-loop users or open-loop arrivals), level by level, and diagnose each level."""
     try:
         check_outputs(output.as_json, output.markdown)
-        plan = workload.plan(target.timeout)
-        plan.validate_levels()  # before a simulator is started for nothing
-        # the goodput SLO is also the one each level's verdict judges slow decode against
-        settings = with_slo(load_settings(output.config), workload.slo_tpot)
+        run = prepare(workload, replay, target.timeout, load_settings(output.config))
         if url is None:
-            report = load_simulator(preset, plan, workload, settings, output.as_json)
+            report = load_simulator(preset, run, output.as_json)
         else:
             connection = target.connection(url)
             telemetry = telemetry_options(target.dcgm_url, target.nvml, target.pid)
-            report = drive(connection, telemetry, plan, workload, settings, output.as_json)
+            report = drive(connection, telemetry, run, output.as_json)
+        if replay.save_workload is not None and report.workload is not None:
+            save_workload(replay.save_workload, report.workload)
         if output.output is not None:
             write_output(output.output, report.model_dump_json(indent=2))
         if output.html is not None:
@@ -181,24 +226,75 @@ def load(
     raise typer.Exit(EXIT_OK)
 
 
-def load_simulator(preset: str, plan: LoadPlan, workload: LoadFlags, settings: Settings, quiet: bool) -> LoadReport:
+@dataclass
+class Run:
+    """What one `load` runs: the plan, its SLOs and settings, the workload it records or replays, the A/B."""
+
+    plan: LoadPlan
+    settings: Settings
+    slo_ttft: float | None
+    slo_tpot: float | None
+    workload: Workload | None = None
+    ab: AB | None = None
+
+
+def prepare(flags: LoadFlags, replay: ReplayFlags, timeout: float, settings: Settings) -> Run:
+    """The plan from the flags, or from a recorded workload (which then brings its own shape and SLOs)."""
+    if replay.baseline is not None and replay.workload_file is None:
+        raise UsageError("--baseline compares a replay: give the workload it ran", "add --workload W.json")
+    if replay.prediction is not None and replay.baseline is None:
+        raise UsageError("--prediction is shown beside an A/B", "add --baseline BEFORE.json (and --workload W.json)")
+    if replay.workload_file is None:
+        plan = flags.plan(timeout)
+        plan.validate_levels()  # before a simulator is started for nothing
+        slo_tpot = flags.slo_tpot
+        recorded = None
+        if replay.save_workload is not None:
+            # goodput of a recorded workload is always judged: under the TPOT SLO the verdicts use
+            slo_tpot = slo_tpot if slo_tpot is not None else settings.slo_tpot_seconds
+            recorded = workload_of(plan, flags.slo_ttft, slo_tpot)
+        # the goodput SLO is also the one each level's verdict judges slow decode against
+        return Run(plan, with_slo(settings, flags.slo_tpot), flags.slo_ttft, slo_tpot, recorded)
+    given = flags.given()
+    if given:
+        raise UsageError(
+            f"{given[0]} with --workload: a replay sends exactly the recorded load",
+            "leave the load's flags out, or record a new workload with --save-workload",
+        )
+    recorded = read_workload(replay.workload_file)
+    plan = plan_of(recorded, timeout_seconds=timeout, allow_remote=flags.allow_remote)
+    plan.model = flags.model or plan.model  # a server that serves several: the one to compare
+    plan.validate_levels()
+    ab = None
+    if replay.baseline is not None:
+        baseline = load_result(replay.baseline)
+        if not isinstance(baseline, LoadReport):
+            raise UsageError(f"{replay.baseline} is not a `load` result", "give the --json (or -o) of a load run")
+        prediction = read_prediction(replay.prediction) if replay.prediction is not None else None
+        ab = AB(baseline, str(replay.baseline), prediction, str(replay.prediction or ""))
+    settings = with_slo(settings, recorded.slo_tpot_seconds)
+    return Run(plan, settings, recorded.slo_ttft_seconds, recorded.slo_tpot_seconds, recorded, ab)
+
+
+def save_workload(path: Path, workload: Workload) -> None:
+    try:
+        write_atomic(path, workload.model_dump_json(indent=2) + "\n")
+    except OSError as exc:
+        raise LlmdiagError(f"cannot write {path}: {exc.strerror}", "pick another --save-workload path") from None
+
+
+def load_simulator(preset: str, run: Run, quiet: bool) -> LoadReport:
     """No URL: the load runs against the built-in simulator in the preset's state."""
     with SimServer(get_preset(preset)) as sim:
         if not quiet:
             note(f"no server given: loading the built-in simulator ({preset}) at {sim.url}")
         telemetry = TelemetryOptions(dcgm_url=sim.dcgm_url, nvml="off", host=False)
-        return drive(Connection(base_url=sim.url), telemetry, plan, workload, settings, quiet)
+        return drive(Connection(base_url=sim.url), telemetry, run, quiet)
 
 
-def drive(
-    connection: Connection,
-    telemetry: TelemetryOptions,
-    plan: LoadPlan,
-    workload: LoadFlags,
-    settings: Settings,
-    quiet: bool,
-) -> LoadReport:
+def drive(connection: Connection, telemetry: TelemetryOptions, run: Run, quiet: bool) -> LoadReport:
     """Run the load's levels with a progress bar (or a line per level) on stderr."""
+    plan = run.plan
     level_seconds = plan.warmup_seconds + plan.duration_seconds
     with load_progress(len(plan.levels) * (level_seconds + 1.0), quiet=quiet) as show:
 
@@ -207,4 +303,14 @@ def drive(
             what = users if plan.mode == "closed" else f"{level:g} requests/s"
             show(f"level {index + 1}/{total}: {what} for {level_seconds:g} s")
 
-        return run_load(connection, plan, telemetry, settings, workload.slo_ttft, workload.slo_tpot, on_level=say)
+        return run_load(
+            connection,
+            plan,
+            telemetry,
+            run.settings,
+            run.slo_ttft,
+            run.slo_tpot,
+            on_level=say,
+            workload=run.workload,
+            ab=run.ab,
+        )

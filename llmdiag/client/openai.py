@@ -22,6 +22,13 @@ from llmdiag.client.rxtime import StampingSocket
 from llmdiag.errors import ConnectError, HTTPStatusError, ProbeError, ProbeTimeout, UsageError
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
+# where each server tells its version, in order: (path, key of the JSON object)
+VERSION_PAGES = (
+    ("/version", "version"),
+    ("/info", "version"),
+    ("/get_server_info", "version"),
+    ("/props", "build_info"),
+)
 
 
 class OpenAIClient:
@@ -297,6 +304,20 @@ class OpenAIClient:
         if not isinstance(data, list):
             raise ProbeError(f"{self.display_url}/v1/models did not list models", "is this an OpenAI-compatible API?")
         return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+    async def server_version(self) -> tuple[str | None, str]:
+        """The server's own version and where it was read: (None, why) when no page tells it. vLLM and
+        TensorRT-LLM answer GET /version, TGI /info and SGLang /get_server_info with a ``version``; llama.cpp's
+        /props has ``build_info``."""
+        for path, key in VERSION_PAGES:
+            try:
+                status, body = await self.request_json("GET", path)
+            except ProbeError:
+                continue
+            if status == 200 and isinstance(body, dict) and isinstance(body.get(key), str) and body[key]:
+                return body[key], f"GET {path} '{key}'"
+        pages = ", ".join(path for path, _ in VERSION_PAGES)
+        return None, f"none of {pages} told a version"
 
     async def count_tokens(self, text: str) -> int | None:
         """The server's token count for ``text`` (vLLM's POST /tokenize); None when it has no such endpoint or it

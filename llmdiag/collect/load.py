@@ -23,6 +23,7 @@ from llmdiag.client.runners import check_target, closed_loop, open_loop
 from llmdiag.collect.live import TelemetryOptions, collect_live
 from llmdiag.errors import LlmdiagError, UsageError, option
 from llmdiag.model import SignalSet
+from llmdiag.model.workload import Workload
 
 # hard caps: a load test is bounded whatever the flags say
 MAX_LEVEL_SECONDS = 600.0
@@ -105,6 +106,44 @@ class LoadPlan:
             raise UsageError(f"{option('max_requests')} must be between 1 and {MAX_REQUESTS_PER_LEVEL}")
 
 
+def workload_of(plan: LoadPlan, slo_ttft_seconds: float | None, slo_tpot_seconds: float | None) -> Workload:
+    """The plan as a workload to save (the served model and version are stamped once the server is asked)."""
+    return Workload(
+        mode="closed" if plan.mode == "closed" else "open",
+        levels=list(plan.levels),
+        think_time_seconds=plan.think_time_seconds,
+        duration_seconds=plan.duration_seconds,
+        warmup_seconds=plan.warmup_seconds,
+        max_requests=plan.max_requests,
+        prompt_tokens=plan.prompt_tokens.text,
+        output_tokens=plan.output_tokens.text,
+        seed=plan.seed,
+        chat=plan.chat,
+        slo_ttft_seconds=slo_ttft_seconds,
+        slo_tpot_seconds=slo_tpot_seconds,
+        model=plan.model or "",
+    )
+
+
+def plan_of(workload: Workload, *, timeout_seconds: float, allow_remote: bool) -> LoadPlan:
+    """The plan that replays a saved workload: its levels, window, lengths, seed and model."""
+    return LoadPlan(
+        levels=list(workload.levels),
+        mode=workload.mode,
+        duration_seconds=workload.duration_seconds,
+        warmup_seconds=workload.warmup_seconds,
+        max_requests=workload.max_requests,
+        prompt_tokens=TokenLengths.parse(workload.prompt_tokens, "the workload's prompt_tokens"),
+        output_tokens=TokenLengths.parse(workload.output_tokens, "the workload's output_tokens"),
+        model=workload.model or None,
+        chat=workload.chat,
+        think_time_seconds=workload.think_time_seconds,
+        allow_remote=allow_remote,
+        seed=workload.seed,
+        timeout_seconds=timeout_seconds,
+    )
+
+
 @dataclass
 class LevelRun:
     """One level's raw material: every request result, the measured window, and the server's signals."""
@@ -148,23 +187,43 @@ async def preflight(connection: Connection, plan: LoadPlan) -> str:
     return plan.model or served[0]
 
 
+class RequestStream:
+    """A level's requests, drawn from the plan's seed: the same seed, level and prompt calibration give the same
+    prompts and lengths in the same order (what a replayed workload relies on)."""
+
+    def __init__(self, plan: LoadPlan, level: float, client: OpenAIClient | None) -> None:
+        self.plan = plan
+        self.rng = random.Random(plan.seed + int(level * 1000))
+        self.prompts = PromptFactory(client, seed=self.rng.randrange(1 << 30))
+
+    async def __call__(self) -> RequestPlan:
+        # no await between the draws: requests drawn concurrently still take the seed's values in order
+        output = self.plan.output_tokens.sample(self.rng)
+        words = self.plan.prompt_tokens.sample(self.rng)
+        return RequestPlan(
+            prompt=await self.prompts.prompt(words),
+            max_tokens=output,
+            chat=self.plan.chat,
+            ignore_eos=True,
+            min_tokens=output,
+        )
+
+
+async def server_facts(connection: Connection, plan: LoadPlan) -> tuple[list[str], str | None, str]:
+    """What a replay checks before its load: the served models, and the server's version with where it was read
+    (None and why, when no page tells it)."""
+    async with OpenAIClient.from_connection(connection, timeout_seconds=plan.timeout_seconds) as c:
+        served = await c.models()
+        version, source = await c.server_version()
+    return served, version, source
+
+
 async def run_level(
     connection: Connection, plan: LoadPlan, level: float, telemetry: TelemetryOptions | None
 ) -> LevelRun:
-    rng = random.Random(plan.seed + int(level * 1000))
     async with OpenAIClient.from_connection(connection, model=plan.model, timeout_seconds=plan.timeout_seconds) as c:
-        prompts = PromptFactory(c, seed=rng.randrange(1 << 30))
-        await prompts.calibrate()
-
-        async def next_request() -> RequestPlan:
-            output = plan.output_tokens.sample(rng)
-            return RequestPlan(
-                prompt=await prompts.prompt(plan.prompt_tokens.sample(rng)),
-                max_tokens=output,
-                chat=plan.chat,
-                ignore_eos=True,
-                min_tokens=output,
-            )
+        next_request = RequestStream(plan, level, c)
+        await next_request.prompts.calibrate()
 
         total = plan.warmup_seconds + plan.duration_seconds + TAIL_SECONDS
         started = time.monotonic()

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from llmdiag.model import Knee, LoadPoint
 from llmdiag.model.load import percentiles
+from llmdiag.model.workload import RequestSample
 
 # the knee: per-user streaming speed below this share of the lightest load's, or goodput below this ratio
 KNEE_SPEED_RATIO = 0.5
@@ -27,6 +28,7 @@ class Result(Protocol):
     error: str | None
     error_kind: str | None
     status: int | None
+    started_at: float
     ended_at: float
     output_tokens: int | None
 
@@ -65,16 +67,21 @@ def summarise(
     rate_per_second: float | None = None,
     slo_ttft_seconds: float | None = None,
     slo_tpot_seconds: float | None = None,
+    keep_samples: bool = False,
 ) -> LoadPoint:
-    """The load point over [window_start, window_end] (monotonic seconds) from the requests that ended in it."""
+    """The load point over [window_start, window_end] (monotonic seconds) from the requests that ended in it;
+    with ``keep_samples``, each of them (completed or failed) as a RequestSample, for an A/B comparison."""
     window = window_end - window_start
     completed: list[Result] = []
     cancelled = 0
     errors: Counter[str] = Counter()
     examples: list[str] = []
+    kept: list[Result] = []
     for result in results:
         if not window_start <= result.ended_at <= window_end:
             continue
+        if result.error_kind != "cancelled":
+            kept.append(result)
         if result.ok:
             completed.append(result)
         elif result.error_kind == "cancelled":
@@ -91,6 +98,7 @@ def summarise(
     gaps = [gap for r in completed for gap in r.itl_seconds]
     good = [r for r in completed if meets_slo(r, slo_ttft_seconds, slo_tpot_seconds)]
     finished = len(completed) + sum(errors.values())
+    samples = [sample(r, window_start) for r in kept] if keep_samples else None
     return LoadPoint(
         users=users,
         rate_per_second=rate_per_second,
@@ -109,6 +117,21 @@ def summarise(
         naive_per_user_tokens_per_second=(total_rate / users) if users and total_rate is not None else None,
         goodput_requests_per_second=len(good) / window if window > 0 else None,
         goodput_ratio=len(good) / finished if finished else None,
+        samples=samples,
+    )
+
+
+def sample(result: Result, window_start: float) -> RequestSample:
+    # microsecond resolution is far below any gap a server shows, and keeps the saved JSON small
+    return RequestSample(
+        started_seconds=round(result.started_at - window_start, 6),
+        ok=result.ok,
+        error_kind=None if result.ok else error_kind(result),
+        ttft_seconds=result.ttft_seconds,
+        tpot_seconds=result.tpot_seconds,
+        e2e_seconds=result.e2e_seconds,
+        output_tokens=result.output_tokens,
+        itl_seconds=[round(gap, 6) for gap in result.itl_seconds] if result.ok else [],
     )
 
 

@@ -12,9 +12,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 # where to look for a name, the modules most callers need first
-MODULES = ("report", "signals", "verdict", "check", "trace", "load", "fleet", "capacity", "nccl")
+MODULES = ("report", "signals", "verdict", "check", "trace", "load", "fleet", "capacity", "nccl", "workload", "abtest")
 
 if TYPE_CHECKING:
+    from llmdiag.model.abtest import Comparison, LevelComparison, MetricDiff, Prediction
     from llmdiag.model.capacity import (
         CapacityInputs,
         CapacityReport,
@@ -67,8 +68,15 @@ if TYPE_CHECKING:
         state_of,
         worst,
     )
+    from llmdiag.model.workload import RequestSample, Workload
 
 __all__ = [
+    "Workload",
+    "RequestSample",
+    "Prediction",
+    "MetricDiff",
+    "LevelComparison",
+    "Comparison",
     "BOTTLENECK_CATEGORIES",
     "BenchLink",
     "Bottleneck",

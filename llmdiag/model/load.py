@@ -8,8 +8,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from llmdiag.model.abtest import Comparison
 from llmdiag.model.report import Report
 from llmdiag.model.verdict import Bottleneck, Verdict
+from llmdiag.model.workload import RequestSample, Workload
 
 # ---------------------------------------------------------------------------------------------
 # client-side measurements: canary requests in a scan, and `llmdiag load`
@@ -75,6 +77,8 @@ class LoadPoint(BaseModel):
     goodput_requests_per_second: float | None = None
     goodput_ratio: float | None = None
     verdict: Verdict | None = None
+    # every request that ended in the window, kept when a workload is recorded or replayed (for the A/B)
+    samples: list[RequestSample] | None = None
 
 
 class Knee(BaseModel):
@@ -97,3 +101,7 @@ class LoadReport(Report):
     points: list[LoadPoint] = Field(default_factory=list)
     knee: Knee | None = None
     notes: list[str] = Field(default_factory=list)
+    # the workload this run recorded or replayed (with the served model and server version); None: a plain load
+    workload: Workload | None = None
+    # against a baseline run of the same workload (`load --workload W --baseline BEFORE.json`)
+    comparison: Comparison | None = None

@@ -28,6 +28,7 @@ from jinja2 import BaseLoader, Environment, StrictUndefined, TemplateNotFound
 from llmdiag.engine.fixes import fix_view, verdict_engine
 from llmdiag.errors import option
 from llmdiag.model import Bottleneck, LoadPoint, LoadReport, Percentiles, Signal, Verdict
+from llmdiag.render.abtest import signed, value
 from llmdiag.render.format import BOUND_WORDS, UNAVAILABLE, format_value, when
 
 REPORTS_PACKAGE = "llmdiag.reports"
@@ -62,6 +63,7 @@ def _environment() -> Environment:
     env.filters["ms"] = lambda v: format_value(v, "seconds")
     env.filters["tok"] = lambda v: format_value(v, "tokens/s")
     env.filters["when"] = when
+    env.filters["ab"] = lambda v, unit, with_sign=False: (signed if with_sign else value)(v, unit)
     return env
 
 

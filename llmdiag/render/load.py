@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llmdiag.model import LoadPoint, LoadReport, Percentiles
+from llmdiag.render.abtest import render_comparison
 from llmdiag.render.format import UNAVAILABLE, milliseconds, rate
 from llmdiag.render.terminal import CLASS_STYLE
 
@@ -121,4 +122,6 @@ def render_load(report: LoadReport) -> RenderableType:
     for note in report.notes:
         lines.append(f"  - {note}\n", style="dim")
     parts.append(lines)
+    if report.comparison is not None:
+        parts.append(render_comparison(report.comparison))
     return Group(*parts)

@@ -10,6 +10,7 @@ import re
 
 from llmdiag.engine.fixes import fix_view, verdict_engine
 from llmdiag.model import LoadReport, Verdict
+from llmdiag.render.abtest import comparison_markdown
 from llmdiag.render.format import CAPACITY_CLASSES, UNAVAILABLE, confidence_words, format_value, window_words
 
 # what could start markup, a tag, a link or a table cell; '_' only where it is not inside a word (snake_case
@@ -159,5 +160,7 @@ def render_load_markdown(report: LoadReport) -> str:
             f"{p.verdict.bottleneck.value if p.verdict is not None else UNAVAILABLE} |"
         )
     lines += [f"- {md(n)}" for n in report.notes]
+    if report.comparison is not None:
+        lines += comparison_markdown(report.comparison, md)
     lines += ["", f"<sub>llmdiag {md(report.tool_version)}</sub>"]
     return "\n".join(lines) + "\n"

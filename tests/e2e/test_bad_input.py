@@ -711,3 +711,111 @@ def test_unknown_gpu_names_the_known_ones():
     assert result.returncode == 2
     assert "H100" in result.stderr and "HINT:" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# load: a replayed workload against a baseline (the matched A/B)
+
+
+def served_tiny(path: str, headers: dict[str, str]) -> Reply:
+    """An OpenAI-compatible server of the model 'tiny', vLLM 0.32.0 by its /version."""
+    if path.startswith("/v1/models"):
+        return Reply(body=b'{"object": "list", "data": [{"id": "tiny", "object": "model", "owned_by": "vllm"}]}')
+    if path.startswith("/version"):
+        return Reply(body=b'{"version": "0.32.0"}', content_type="application/json")
+    return Reply(body=vllm_exposition().encode())
+
+
+def ab_files(tmp_path: Path, workload: dict | None = None, **baseline: object) -> tuple[Path, Path]:
+    """A workload file and a baseline run of it (vLLM 0.32.0 serving 'tiny'), with the baseline's changes."""
+    from llmdiag.model import LoadPoint, LoadReport
+    from llmdiag.model.workload import Workload
+
+    shape = dict(mode="closed", levels=[2.0], duration_seconds=1, warmup_seconds=1, max_requests=100)
+    shape |= dict(prompt_tokens="16", output_tokens="8", seed=0, slo_tpot_seconds=0.05)
+    recorded = Workload(**shape, model="tiny", server_version="0.32.0")
+    point = LoadPoint(users=2, window_seconds=1.0, samples=[])
+    run = LoadReport(model="tiny", points=[point], workload=recorded.model_copy(update=baseline))
+    (tmp_path / "W.json").write_text(Workload(**(shape | (workload or {}))).model_dump_json())
+    (tmp_path / "before.json").write_text(run.model_dump_json())
+    return tmp_path / "W.json", tmp_path / "before.json"
+
+
+def replay(url: str, workload: Path, *extra: str) -> CliResult:
+    return run_cli("load", url, "--workload", str(workload), *extra, "--no-nvml", "--json")
+
+
+def test_load_replay_of_another_workload_is_refused(tmp_path):
+    workload, before = ab_files(tmp_path, workload={"levels": [4.0]})
+    with ScriptedServer(served_tiny) as server:
+        error, hint = assert_clean_error(replay(server.url, workload, "--baseline", str(before)))
+    assert f"the workload differs from {before}'s: levels 4 here, 2 in the baseline" in error
+    assert "--workload" in hint
+
+
+def test_load_replay_on_another_server_version_is_refused(tmp_path):
+    workload, before = ab_files(tmp_path, server_version="0.31.1")
+    with ScriptedServer(served_tiny) as server:
+        error, hint = assert_clean_error(replay(server.url, workload, "--baseline", str(before)))
+    assert f"the server version differs: '0.32.0' here, '0.31.1' in {before}" in error
+    assert "new baseline" in hint
+
+
+def test_load_replay_of_another_model_is_refused(tmp_path):
+    workload, before = ab_files(tmp_path, model="llama-3-8b")
+    with ScriptedServer(served_tiny) as server:
+        error, hint = assert_clean_error(replay(server.url, workload, "--baseline", str(before)))
+    assert f"the model differs: the server serves 'tiny', {before} ran 'llama-3-8b'" in error
+    assert "--model" in hint
+
+
+def test_load_baseline_that_recorded_no_workload_is_refused(tmp_path):
+    from llmdiag.model import LoadPoint, LoadReport
+
+    workload, before = ab_files(tmp_path)
+    before.write_text(LoadReport(model="tiny", points=[LoadPoint(users=2, window_seconds=1.0)]).model_dump_json())
+    with ScriptedServer(served_tiny) as server:
+        error, hint = assert_clean_error(replay(server.url, workload, "--baseline", str(before)))
+    assert f"{before} records no workload" in error and "--save-workload" in hint
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--users", "4"), "--users with --workload: a replay sends exactly the recorded load"),
+        (("--baseline", "B.json", "--prediction", "P.json", "--seed", "3"), "--seed with --workload"),
+    ],
+)
+def test_load_replay_with_the_load_shaped_again_is_refused(tmp_path, args, words):
+    workload, _ = ab_files(tmp_path)
+    error, hint = assert_clean_error(run_cli("load", "--workload", str(workload), *args, "--json"))
+    assert words in error and "--save-workload" in hint
+
+
+def test_load_baseline_or_prediction_without_what_they_compare_is_refused(tmp_path):
+    error, hint = assert_clean_error(run_cli("load", "--baseline", str(tmp_path / "B.json"), "--json"))
+    assert "--baseline compares a replay" in error and "--workload" in hint
+    workload, _ = ab_files(tmp_path)
+    error, hint = assert_clean_error(run_cli("load", "--workload", str(workload), "--prediction", "P.json", "--json"))
+    assert "--prediction is shown beside an A/B" in error and "--baseline" in hint
+
+
+def test_load_workload_and_prediction_files_that_are_not_ones(tmp_path):
+    verdict = tmp_path / "verdict.json"
+    verdict.write_text('{"schema_version": "2", "bottleneck": "healthy"}')
+    error, hint = assert_clean_error(run_cli("load", "--workload", str(verdict), "--json"))
+    assert f"{verdict} holds JSON, but not an llmdiag workload" in error and "--save-workload" in hint
+    workload, before = ab_files(tmp_path)
+    args = ("--workload", str(workload), "--baseline", str(before), "--prediction", str(verdict), "--json")
+    error, hint = assert_clean_error(run_cli("load", *args))
+    assert f"{verdict} holds JSON, but not a whatif prediction" in error and "llmdiag whatif" in hint
+
+
+def test_load_prediction_for_a_sweep_is_refused(tmp_path):
+    workload, before = ab_files(tmp_path, workload={"levels": [1.0, 2.0]}, levels=[1.0, 2.0])
+    prediction = tmp_path / "whatif.json"
+    prediction.write_text('{"class_after": "healthy", "after": {"ttft_p50_seconds": 0.1}}')
+    with ScriptedServer(served_tiny) as server:
+        result = replay(server.url, workload, "--baseline", str(before), "--prediction", str(prediction))
+    error, hint = assert_clean_error(result)
+    assert "a prediction is for one load, and the workload has 2 levels" in error and "--users" in hint

@@ -3,13 +3,23 @@ durations and request counts, and load only to this machine unless the user allo
 
 from __future__ import annotations
 
+import asyncio
 import random
 import statistics
 
 import pytest
 
-from llmdiag.collect.load import MAX_RATE_PER_SECOND, MAX_USERS, LoadPlan, TokenLengths
+from llmdiag.collect.load import (
+    MAX_RATE_PER_SECOND,
+    MAX_USERS,
+    LoadPlan,
+    RequestStream,
+    TokenLengths,
+    plan_of,
+    workload_of,
+)
 from llmdiag.errors import UsageError
+from llmdiag.model.workload import Workload
 
 
 def test_fixed_uniform_and_normal_token_lengths_parse():
@@ -77,3 +87,32 @@ def test_load_goes_to_this_machine_unless_another_is_allowed():
     assert "not this machine" in info.value.message and "secret" not in info.value.message
     assert "allow" in info.value.hint
     LoadPlan(levels=[1], allow_remote=True).validate("http://10.1.2.3:8000")
+
+
+# --- a recorded workload replays the same requests ------------------------------------------------------------
+
+
+async def draws(plan: LoadPlan, level: float, count: int) -> list[tuple[str, int]]:
+    stream = RequestStream(plan, level, None)
+    return [((r := await stream()).prompt, r.max_tokens) for _ in range(count)]
+
+
+def test_a_saved_workload_replays_the_same_prompts_and_lengths_in_order():
+    plan = LoadPlan(
+        levels=[4],
+        prompt_tokens=TokenLengths.parse("16:64", "p"),
+        output_tokens=TokenLengths.parse("normal:32,8", "o"),
+        seed=11,
+        think_time_seconds=0.5,
+    )
+    recorded = workload_of(plan, slo_ttft_seconds=None, slo_tpot_seconds=0.05)
+    replay = plan_of(Workload.model_validate_json(recorded.model_dump_json()), timeout_seconds=5, allow_remote=False)
+    assert (replay.seed, replay.levels, replay.think_time_seconds) == (11, [4], 0.5)
+    assert (replay.prompt_tokens, replay.output_tokens) == (plan.prompt_tokens, plan.output_tokens)
+    first, again = asyncio.run(draws(plan, 4, 50)), asyncio.run(draws(replay, 4, 50))
+    assert first == again
+    assert len({tokens for _, tokens in first}) > 5  # the lengths are drawn, not one value
+    assert len({len(prompt.split()) for prompt, _ in first}) > 5
+    # another seed, or another level of the same workload, draws other requests
+    assert asyncio.run(draws(LoadPlan(**{**vars(plan), "seed": 12}), 4, 50)) != first
+    assert asyncio.run(draws(plan, 8, 50)) != first
