@@ -24,6 +24,7 @@ from llmdiag.cli.options import (
     NvmlOpt,
     PidOpt,
     check_outputs,
+    check_writable,
     flag_groups,
     telemetry_options,
     with_slo,
@@ -202,6 +203,12 @@ def load(
     """Drive a bounded load (closed-loop users or open-loop arrivals), level by level, and diagnose each level."""
     try:
         check_outputs(output.as_json, output.markdown)
+        for path, flag in (
+            (replay.save_workload, "--save-workload"),
+            (output.output, "--output"),
+            (output.html, "--html"),
+        ):
+            check_writable(path, flag)
         run = prepare(workload, replay, target.timeout, load_settings(output.config))
         if url is None:
             report = load_simulator(preset, run, output.as_json)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import os
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -138,6 +139,19 @@ def check_outputs(as_json: bool, markdown: bool) -> None:
     """--json and --markdown both replace what is printed: one of them at a time."""
     if as_json and markdown:
         raise UsageError("--json and --markdown both print to stdout", "pick one (--html PATH writes a file)")
+
+
+def check_writable(path: Path | None, flag: str) -> None:
+    """Refuse a file that cannot be written before the run that would fill it (a load takes minutes)."""
+    if path is None:
+        return
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise UsageError(f"cannot write {path}: no folder {folder}", f"pick another {flag} path")
+    if path.is_dir():
+        raise UsageError(f"cannot write {path}: it is a folder", f"pick another {flag} path")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"cannot write {path}: permission denied", f"pick another {flag} path")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -819,3 +819,13 @@ def test_load_prediction_for_a_sweep_is_refused(tmp_path):
         result = replay(server.url, workload, "--baseline", str(before), "--prediction", str(prediction))
     error, hint = assert_clean_error(result)
     assert "a prediction is for one load, and the workload has 2 levels" in error and "--users" in hint
+
+
+@pytest.mark.parametrize("flag", ["--save-workload", "--output", "--html"])
+def test_load_file_that_cannot_be_written_is_refused_before_the_load(tmp_path, flag):
+    """A typo in a path costs nothing: the refusal comes before one request is sent (the server sees none)."""
+    with ScriptedServer(served_tiny) as server:
+        result = run_cli("load", server.url, "--users", "2", "--duration", "1", flag, str(tmp_path / "no" / "f.json"))
+        error, hint = assert_clean_error(result)
+        assert server.requests == [], server.requests
+    assert f"no folder {tmp_path / 'no'}" in error and flag in hint
