@@ -256,7 +256,9 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def _seconds(value: float | None) -> str:
-    return "unavailable" if value is None else f"{value:.2f} s"
+    if value is None:
+        return "unavailable"
+    return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.2f} s"
 
 
 def _find(rows: list[CompareRow], alternative: str, method: Method, key: str) -> float | None:
@@ -612,19 +614,22 @@ def _priority(case: Case) -> Comparison:
 
 
 def physics_interference(case: Case, chunked: bool) -> Figures:
-    """A colocated GPU: B/O prompts arrive per step; a step that carries a prompt is slower for every decode in it.
-    Chunked prefill caps a step's prompt tokens at the budget; without it a whole prompt rides in one step."""
+    """A colocated GPU: B/O prompts arrive per step; a step that carries prompt tokens is slower for every decode in
+    it. Chunked prefill cuts a prompt into steps of at most the budget (more steps carry a chunk, each a smaller
+    one); without it a whole prompt rides in one step. The ITL p50/p90 is the plain or the loaded step, by the
+    share of steps that carry prompt tokens."""
     q, dep = case.question, case.dep
     figures = physics_continuous(case)
     batch = figures["batch_sequences"] or 1.0
     context = q.prompt_tokens + q.output_tokens / 2
     arrivals = batch / q.output_tokens  # prompts per step
-    share = min(1.0, arrivals)
-    prompt_tokens = q.prompt_tokens * max(1.0, arrivals)
     if chunked:
-        prompt_tokens = min(prompt_tokens, max(1.0, case.chunk_tokens - batch))
+        chunk = max(1.0, min(float(q.prompt_tokens), case.chunk_tokens - batch))
+        share = min(1.0, arrivals * math.ceil(q.prompt_tokens / chunk))
+    else:
+        chunk, share = q.prompt_tokens * max(1.0, arrivals), min(1.0, arrivals)
     plain = step_time(dep, decode_load(batch, context)).step_seconds
-    loaded = step_time(dep, decode_load(batch, context) + prefill_load(prompt_tokens, 1)).step_seconds
+    loaded = step_time(dep, decode_load(batch, context) + prefill_load(chunk, 1)).step_seconds
     figures["itl_p50_seconds"] = loaded if share >= 0.5 else plain
     figures["itl_p90_seconds"] = loaded if share >= 0.1 else plain
     figures["gpus"] = float(dep.tp)
@@ -632,20 +637,38 @@ def physics_interference(case: Case, chunked: bool) -> Figures:
 
 
 def physics_disaggregated(case: Case, transfer_seconds: float) -> Figures:
-    """One prefill GPU set and one decode GPU set: decodes never wait for a prompt; TTFT is the prefill alone
-    plus the KV's transfer, unless the prefill side cannot keep up with the decode side's requests."""
+    """A prefill instance and a decode instance in a closed loop of N users. The prefill instance finishes
+    R_p = prefill rate / P requests/s; the decode instance holds at most B sequences, each for D = O · step(b).
+    The loop's rate X = min(R_p, B / D, N / (prefill alone + transfer + D)) with b = X · D in decode (Little's law,
+    solved by iteration). When the prefill side is the slower, users queue before their first token; else after it,
+    for a decode slot (the per-user rate with the queue carries that wait)."""
     q, dep = case.question, case.dep
-    batch = float(case.plan.served_sequences)
-    step = step_time(dep, decode_load(batch, q.prompt_tokens + q.output_tokens / 2)).step_seconds
+    cap = float(case.plan.served_sequences)
+    context = q.prompt_tokens + q.output_tokens / 2
     alone = prefill_alone_seconds(dep, q.prompt_tokens, case.chunk_tokens)
-    figures = closed_loop(case.users, batch, step, alone, q.output_tokens)
-    # the queue moves behind the first token: a request waits for a decode slot after it, not before
-    prefill_rate = case.chunk_tokens / step_time(dep, prefill_load(case.chunk_tokens, 1)).step_seconds
-    total = min(batch / step, prefill_rate * q.output_tokens / q.prompt_tokens)
-    ttft = alone + transfer_seconds
-    figures |= {"total_tokens_per_second": total, "ttft_p50_seconds": ttft, "ttft_p90_seconds": ttft}
-    figures["gpus"] = 2.0 * dep.tp
-    return figures
+    chunk = case.chunk_tokens
+    prefill_requests = chunk / step_time(dep, prefill_load(chunk, 1)).step_seconds / q.prompt_tokens
+    batch = cap
+    for _ in range(20):
+        step = step_time(dep, decode_load(batch, context)).step_seconds
+        decode = q.output_tokens * step
+        rate = min(prefill_requests, cap / decode, case.users / (alone + transfer_seconds + decode))
+        batch = max(1.0, min(cap, rate * decode))
+    cycle = case.users / rate
+    ttft = (
+        max(alone + transfer_seconds, cycle - decode) if rate >= prefill_requests * 0.999 else alone + transfer_seconds
+    )
+    return {
+        "total_tokens_per_second": rate * q.output_tokens,
+        "per_user_tokens_per_second": 1 / step,
+        "per_user_incl_queue_tokens_per_second": q.output_tokens / cycle,
+        "ttft_p50_seconds": ttft,
+        "ttft_p90_seconds": ttft,
+        "itl_p50_seconds": step,
+        "itl_p90_seconds": step,
+        "batch_sequences": batch,
+        "gpus": 2.0 * dep.tp,
+    }
 
 
 def _disagg(case: Case) -> Comparison:
@@ -694,9 +717,14 @@ def _disagg(case: Case) -> Comparison:
         simulated(pair, cap) | {"gpus": 2.0 * dep.tp},
         keys,
     )
-    itl = _ratio(
-        _find(rows, "colocated, chunked prefill", "simulator", "itl_p90_seconds"),
-        _find(rows, "disaggregated: 1 prefill + 1 decode", "simulator", "itl_p90_seconds"),
+    names = ("colocated, chunked prefill", "colocated, whole prompts", "disaggregated: 1 prefill + 1 decode")
+
+    def seen(key: str) -> str:
+        return " / ".join(_seconds(_find(rows, name, "simulator", key)) for name in names)
+
+    finding = (
+        f"in the simulator, colocated chunked / whole prompts / disaggregated: ITL p90 {seen('itl_p90_seconds')}, "
+        f"TTFT p50 {seen('ttft_p50_seconds')}; disaggregation uses twice the GPUs (two colocated replicas too)"
     )
     return Comparison(
         name="disagg",
@@ -706,8 +734,7 @@ def _disagg(case: Case) -> Comparison:
         columns=_columns(keys),
         rows=rows,
         chart_columns=["itl_p90_seconds", "ttft_p50_seconds"],
-        finding=f"colocated ITL p90 is {itl} the disaggregated decode instance's in the simulator; disaggregation "
-        "uses twice the GPUs, so compare it with two colocated replicas too",
+        finding=finding,
         basis=[
             f"whole prompts: chunked prefill off (max_num_batched_tokens ≥ max_model_len = {whole}); chunked: "
             f"max_num_batched_tokens {case.chunk_tokens:,}",

@@ -145,3 +145,15 @@ def test_the_html_page_draws_in_chromium(report):
 )
 def test_bad_compare_input_is_one_error_and_one_hint(args, needles):
     assert_usage_error(run_cli(*CASE, *args), *needles)
+
+
+def test_long_prompts_slow_the_decodes_they_share_a_step_with_and_disaggregation_removes_it():
+    long_prompts = ("--users", "128", "--prompt-tokens", "4000", "--output-tokens", "200")
+    result = run_cli(*CASE[:5], *long_prompts, "--max-num-batched-tokens", "2048", "--compare", "disagg", "--json")
+    assert result.returncode == 0, result.stderr
+    table = rows(json.loads(result.stdout), "disagg")
+    for method in ("physics", "simulator"):
+        whole = table["colocated, whole prompts", method]["itl_p90_seconds"]
+        chunked = table["colocated, chunked prefill", method]["itl_p90_seconds"]
+        apart = table["disaggregated: 1 prefill + 1 decode", method]["itl_p90_seconds"]
+        assert whole > chunked > apart, method
