@@ -408,7 +408,8 @@ def _kv(case: Case) -> Comparison:
             f"KV cache: {capacity.tokens:,} tokens per GPU ({capacity.blocks:,} blocks of {block})",
             f"waste: the share of held KV no token fills at the mean context P + O/2 = {mean_context:g} tokens "
             "(reservation: the unused maximum; paged: the last block's empty tail)",
-            "sequences that fit (simulator): the largest batch one step carried",
+            "sequences that fit (simulator): the largest batch one step carried; the simulator admits by the KV in "
+            "use, as vLLM does, so it can run more than fit at their full length (and preempts when the cache fills)",
         ],
     )
 
@@ -742,8 +743,8 @@ def _disagg(case: Case) -> Comparison:
             f"({dep.link.bandwidth_bytes_per_second / 1e9:,.0f} GB/s): {transfer * 1e3:.2f} ms per prompt",
             "ITL: every decode's wait for its next token, from the steps it rode (simulator); the physics picks the "
             "decode-only step or the step carrying a prompt by the share of steps that carry one",
-            "disaggregated: the queue moves behind the first token (a request waits for a decode slot after it), so "
-            "TTFT falls and the per-user rate while decoding carries the wait",
+            "disaggregated: where the decode side is the slower, users queue after their first token (TTFT falls, "
+            "the per-user rate while decoding carries the wait); where the one prefill GPU is, before it",
         ],
     )
 

@@ -34,7 +34,7 @@ def cell(value: float | None, unit: str) -> str:
     if value is None:
         return MISSING
     if unit == "tokens/s":
-        return rate(value, whole_from=100)
+        return rate(value, whole_from=100, below_one=".3g")
     if unit == "count":
         return f"{value:,.0f}" if value == int(value) else f"{value:,.1f}"
     return format_value(value, unit)

@@ -34,6 +34,7 @@ def comparison() -> Comparison:
 def test_a_cell_is_the_figure_or_the_dash_never_zero():
     assert cell(None, "tokens/s") == MISSING
     assert cell(0.0, "count") == "0" and cell(1234.0, "tokens/s") == "1,234" and cell(2.5, "count") == "2.5"
+    assert cell(0.147, "tokens/s") == "0.147"
     assert cell(0.125, "seconds") == "125.0 ms" and cell(0.5, "ratio") == "50.0%"
     assert missing_reasons(comparison()) == [f"{MISSING} simulator: {WHY}"]
 
