@@ -462,7 +462,7 @@ def precision_peak(gpu: GpuSpec, math_precision: str) -> tuple[float, str]:
         return bf16, f"gpus.toml lists no {math_precision.upper()} units on the {gpu.name}: BF16 math"
     has_fp8 = any(key in {gpu.name.lower().replace(" ", ""), gpu.part.lower().replace(" ", "")} for key in FP8_PARTS)
     if math_precision == "fp8" and not has_fp8:
-        return bf16, f"no FP8 units on the {gpu.name}: weight-only FP8 at BF16 math ({ASSUMED_RATIO_SOURCE})"
+        return bf16, f"the {gpu.name} has no FP8 units (its datasheet): weight-only FP8 at BF16 math"
     return 2 * bf16, ASSUMED_RATIO_SOURCE
 
 
