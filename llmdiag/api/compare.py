@@ -393,8 +393,9 @@ def _kv(case: Case) -> Comparison:
                 config = case.engine_config()
             sim = simulated(run_virtual(config, case.workload()), float(batch))
         physics["batch_sequences"] = float(batch)
-        rows.append(_row(case, label, "physics", physics, keys))
-        rows.append(_row(case, label, "simulator", sim, keys, "" if batch else "not one sequence fits"))
+        why = "" if batch else "not one sequence fits"
+        rows.append(_row(case, label, "physics", physics, keys, why))
+        rows.append(_row(case, label, "simulator", sim, keys, why))
     return Comparison(
         name="kv",
         title="KV reserved for the maximum length vs paged KV",
@@ -510,8 +511,9 @@ def _precision(case: Case) -> Comparison:
                 "step_seconds": step.step_seconds,
             }
             sim = simulated(run_virtual(case.engine_config(dep), case.workload()), float(batch))
-        rows.append(_row(case, label, "physics", physics, keys))
-        rows.append(_row(case, label, "simulator", sim, keys, "" if batch else "the weights leave no KV"))
+        why = "" if batch else "the weights leave no room for one sequence's KV"
+        rows.append(_row(case, label, "physics", physics, keys, why))
+        rows.append(_row(case, label, "simulator", sim, keys, why))
     total = _ratio(_find(rows, "FP8", "physics", keys[-1]), _find(rows, "BF16", "physics", keys[-1]))
     basis.append(
         "accuracy: narrower weights and KV may change the model's answers; whether the quality is acceptable is "

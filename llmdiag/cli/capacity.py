@@ -91,6 +91,8 @@ def capacity(
     try:
         question = deployment.question(users, prompt_tokens, output_tokens)
         if compare is not None:
+            if simulate:
+                raise UsageError("--simulate and --compare together", "drop --simulate: --compare runs the simulator")
             _compare(question, compare, html, as_json)
             return
         if html is not None:

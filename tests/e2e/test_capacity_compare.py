@@ -141,6 +141,7 @@ def test_the_html_page_draws_in_chromium(report):
     [
         (("--compare", "speed"), ("unknown comparison 'speed'", "batching, kv")),
         (("--html", "x.html"), ("--html goes with --compare",)),
+        (("--compare", "kv", "--simulate"), ("--simulate and --compare", "drop --simulate")),
     ],
 )
 def test_bad_compare_input_is_one_error_and_one_hint(args, needles):
