@@ -84,6 +84,16 @@ def render_compare_json(report: CompareReport) -> str:
 # --- HTML ---------------------------------------------------------------------------------------------------
 
 
+def two_lines(label: str) -> str:
+    """A bar's label over two lines (uPlot draws a newline), broken at the space nearest its middle, so the
+    labels of six bars do not run into each other."""
+    spaces = [i for i, ch in enumerate(label) if ch == " "]
+    if len(label) <= 10 or not spaces:
+        return label
+    cut = min(spaces, key=lambda i: abs(i - len(label) / 2))
+    return label[:cut] + "\n" + label[cut + 1 :]
+
+
 def compare_charts(comparison: Comparison) -> list[Chart]:
     """One bar chart per chart column: an alternative per bar pair, the physics beside the simulator."""
     alternatives = list(dict.fromkeys(r.alternative for r in comparison.rows))
@@ -91,7 +101,7 @@ def compare_charts(comparison: Comparison) -> list[Chart]:
     charts: list[Chart] = []
     for key in comparison.chart_columns:
         label, unit = units[key]
-        scale = 100.0 if unit == "ratio" else 1.0
+        scale = {"ratio": 100.0, "seconds": 1000.0}.get(unit, 1.0)  # drawn in % and ms
         series: list[dict[str, Any]] = []
         methods = list(dict.fromkeys(r.method for r in comparison.rows))
         for index, method in enumerate(methods):
@@ -113,11 +123,11 @@ def compare_charts(comparison: Comparison) -> list[Chart]:
             Chart(
                 id=f"{comparison.name}-{key}",
                 title=label,
-                y_label=f"% of {label}" if unit == "ratio" else unit,
+                y_label={"ratio": f"% of {label}", "seconds": "ms"}.get(unit, unit),
                 kind="buckets",
                 x_label="alternative",
                 x=[float(i) for i in range(len(alternatives))],
-                x_labels=alternatives,
+                x_labels=[two_lines(a) for a in alternatives],
                 series=drawn,
                 missing=[m for s, m in zip(series, missing, strict=True) if s not in drawn],
                 unavailable=None if drawn else f"no method gives {label}",

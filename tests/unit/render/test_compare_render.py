@@ -4,7 +4,7 @@ chart draws each method's bars side by side, leaving out a method that gives non
 from __future__ import annotations
 
 from llmdiag.model.compare import CompareColumn, CompareRow, Comparison
-from llmdiag.render.compare import MISSING, cell, compare_charts, missing_reasons
+from llmdiag.render.compare import MISSING, cell, compare_charts, missing_reasons, two_lines
 
 COLUMNS = [CompareColumn(key="seqs", label="seqs fit", unit="count"), CompareColumn(key="w", label="KV", unit="ratio")]
 WHY = "a property of the deployment"
@@ -42,6 +42,7 @@ def test_a_cell_is_the_figure_or_the_dash_never_zero():
 def test_a_chart_puts_the_methods_side_by_side_and_leaves_out_one_without_figures():
     seqs, waste = compare_charts(comparison())
     assert seqs.x_labels == ["reserved", "paged"]
+    assert two_lines("continuous ±90%") == "continuous\n±90%" and two_lines("BF16") == "BF16"
     assert [(s["label"], s["values"], s["bar_align"]) for s in seqs.series] == [
         ("physics", [56.0, 655.0], -1),
         ("simulator", [32.0, 32.0], 1),
