@@ -8,6 +8,8 @@ taken after a warm-up (the arrival burst), the TTFTs are what the clients saw on
 
 from __future__ import annotations
 
+import heapq
+import random
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -196,3 +198,132 @@ def _cap_seen(window: MeasuredWindow, inputs: CapacityInputs) -> tuple[Resource 
             f"{waiting:,.0f} users wait on average with KV and batch slots left: the step budget",
         )
     return None, f"no cap reached: every user is served (KV use up to {kv_max:.0%})"
+
+
+# --- accelerated runs: the simulator's engine stepped in virtual time (``capacity --compare``) ---------------------
+
+
+@dataclass(frozen=True)
+class VirtualWorkload:
+    """A closed loop: ``users`` users each send a request, and the next as soon as its answer ends, all starting
+    together, until ``horizon_seconds`` of virtual time. Output lengths are uniform in O·(1 ± ``output_spread``),
+    drawn from ``seed``; the first ``priority_users`` users send priority 0 (served first under the priority
+    policy), the others priority 1. What happens before ``warmup_seconds`` (the arrival burst) is not measured."""
+
+    users: int
+    prompt_tokens: int
+    output_tokens: int
+    horizon_seconds: float
+    warmup_seconds: float = 0.0
+    output_spread: float = 0.0
+    priority_users: int = 0
+    seed: int = 18
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step of the engine that emits tokens (the decode instance's, for a pair)."""
+
+    start: float
+    duration: float
+    sequences: int
+    generated: int  # tokens sampled at its end
+    decodes: int  # sequences that had a token before this step: each waited this step's time for the next
+
+
+@dataclass(frozen=True)
+class VirtualRun:
+    """What an accelerated run did: the requests that finished in the horizon (``sim.engine.SimRequest``, virtual
+    timestamps; the decode-side ones for a pair) and the steps of the engine that emits tokens."""
+
+    workload: VirtualWorkload
+    requests: list[Any]
+    steps: list[StepRecord]
+    preemptions: int
+
+    def measured_steps(self) -> list[StepRecord]:
+        """The steps after the warm-up."""
+        return [s for s in self.steps if s.start >= self.workload.warmup_seconds]
+
+    def measured_requests(self) -> list[Any]:
+        """The requests that arrived after the warm-up."""
+        return [r for r in self.requests if r.arrival >= self.workload.warmup_seconds]
+
+
+def run_virtual(
+    config: Any,
+    workload: VirtualWorkload,
+    *,
+    decode_config: Any = None,
+    kv_transfer_seconds_per_token: float = 0.0,
+) -> VirtualRun:
+    """Run ``workload`` on a simulator engine (``sim.engine.EngineConfig``) in virtual time: no clock, no HTTP, each
+    step priced by the physics, so a run of minutes takes about a second. With ``decode_config`` the engine of
+    ``config`` only prefills (one token out) and hands each request, after its KV's transfer, to a second engine
+    that decodes it: prefill/decode disaggregation (vLLM's KV connectors)."""
+    from llmdiag.sim.engine import Engine, SimRequest
+
+    engines = [Engine(config)] + ([Engine(decode_config)] if decode_config is not None else [])
+    rng = random.Random(workload.seed)
+    low = max(1, round(workload.output_tokens * (1 - workload.output_spread)))
+    high = max(low, round(workload.output_tokens * (1 + workload.output_spread)))
+    events: list[tuple[float, int, int, Any]] = []  # (time, order, engine index or -1 for a step's end, payload)
+    order = 0
+    owner: dict[str, int] = {}
+    finished: list[Any] = []
+    records: list[StepRecord] = []
+
+    def push(time: float, target: int, payload: Any) -> None:
+        nonlocal order
+        heapq.heappush(events, (time, order, target, payload))
+        order += 1
+
+    def send(user: int, now: float) -> None:
+        output = rng.randint(low, high)
+        priority = 0 if user < workload.priority_users else 1
+        first = 1 if decode_config is not None else output  # a prefill instance samples the first token only
+        request = SimRequest(f"u{user}-{order}", workload.prompt_tokens, first, now, max_tokens=output)
+        request.priority = priority
+        owner[request.request_id] = user
+        push(now, 0, request)
+
+    def handoff(request: Any, now: float) -> None:
+        """The prefill instance's first token is the user's; the decode instance gets the KV and the rest."""
+        arrive = now + kv_transfer_seconds_per_token * request.prompt_tokens
+        decode = SimRequest(request.request_id, request.prompt_tokens, request.max_tokens, arrive)
+        decode.arrival, decode.priority = request.arrival, request.priority
+        decode.computed, decode.generated = request.prompt_tokens, 1
+        decode.first_token_ts = decode.last_token_ts = now
+        push(arrive, 1, decode)
+
+    def handle(now: float, target: int, payload: Any) -> None:
+        if target >= 0:
+            engines[target].add_request(payload)
+            return
+        engine, step = payload
+        for request in engine.complete(step):
+            if not request.finished:
+                continue
+            if decode_config is not None and engine is engines[0]:
+                handoff(request, now)
+                continue
+            finished.append(request)
+            send(owner[request.request_id], now)
+        if engine is engines[-1]:
+            sampled = [(r, n) for r, n in step.scheduled if r.last_token_ts == step.end]
+            decodes = sum(1 for r, n in sampled if n == 1 and r.generated > 1)
+            records.append(StepRecord(step.start, step.duration, len(step.scheduled), len(sampled), decodes))
+
+    for user in range(workload.users):
+        send(user, 0.0)
+    while events and events[0][0] <= workload.horizon_seconds:
+        now, _, target, payload = heapq.heappop(events)
+        handle(now, target, payload)
+        while events and events[0][0] <= now:  # everything at this moment lands before the next step is built
+            handle(now, *heapq.heappop(events)[2:])
+        for engine in engines:
+            if engine.in_flight is None and engine.has_work():
+                step = engine.schedule(now)
+                if step is not None:
+                    push(step.end, -1, (engine, step))
+    return VirtualRun(workload, finished, records, sum(e.stats.preemptions for e in engines))

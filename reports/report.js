@@ -44,7 +44,7 @@
                  value: function (u, v) { return v == null ? "\u2013" : fmt(v); } };
       if (spec.kind === "buckets") {
         one.fill = s.color + "99";
-        one.paths = uPlot.paths.bars({ size: [0.8, 60] });
+        one.paths = uPlot.paths.bars({ size: [s.bar_size || 0.8, 60], align: s.bar_align || 0 });  // side by side: size and align
         one.points = { show: false };
       } else {
         one.points = { show: true, size: 5 };

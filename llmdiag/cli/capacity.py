@@ -7,13 +7,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from llmdiag.api.capacity import capacity_question, run_capacity
-from llmdiag.cli.options import flag_groups
+from llmdiag.cli.options import HtmlOpt, flag_groups
 from llmdiag.cli.output import fail, print_json, stderr, stdout
 from llmdiag.engine.capacity import CapacityQuestion
-from llmdiag.errors import LlmdiagError
+from llmdiag.errors import LlmdiagError, UsageError
 from llmdiag.render.capacity import render_capacity, render_capacity_json
+from llmdiag.render.files import write_atomic
 
 app = typer.Typer(add_completion=False)
 
@@ -74,11 +76,27 @@ def capacity(
     simulate_seconds: Annotated[
         float, typer.Option("--simulate-seconds", help="Wall time of the --simulate run.", min=2.0)
     ] = 15.0,
+    compare: Annotated[
+        str | None,
+        typer.Option(
+            "--compare",
+            help="Run the classic comparisons on this workload, physics beside the simulator: batching, kv, "
+            "precision, priority, disagg, users (comma-separated), or all.",
+        ),
+    ] = None,
+    html: HtmlOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the capacity report as JSON.")] = False,
 ) -> None:
     """How many users one deployment serves, how fast each one is, and what runs out first (a roofline)."""
     try:
         question = deployment.question(users, prompt_tokens, output_tokens)
+        if compare is not None:
+            if simulate:
+                raise UsageError("--simulate and --compare together", "drop --simulate: --compare runs the simulator")
+            _compare(question, compare, html, as_json)
+            return
+        if html is not None:
+            raise UsageError("--html goes with --compare here", "add --compare all, or drop --html")
         say = None if as_json else lambda seconds: stderr.print(f"simulating for {seconds:g} s …")
         report = run_capacity(question, simulate_seconds if simulate else None, on_simulate=say)
     except LlmdiagError as error:
@@ -87,3 +105,25 @@ def capacity(
         print_json(render_capacity_json(report))
     else:
         stdout.print(render_capacity(report))
+
+
+def _compare(question: CapacityQuestion, names: str, html: Path | None, as_json: bool) -> None:
+    """``--compare``: the comparisons' tables (or JSON), and the HTML page with their charts."""
+    from llmdiag.api.compare import parse_compare, run_compare
+    from llmdiag.render.compare import render_compare, render_compare_html, render_compare_json
+
+    wanted = parse_compare(names)
+    say = None if as_json else lambda name: stderr.print(f"[dim]comparing: {name} …[/]")
+    report = run_compare(question, wanted, on_comparison=say)
+    if html is not None:
+        text = render_compare_html(report)
+        try:
+            write_atomic(html, text)
+        except OSError as exc:
+            raise LlmdiagError(f"cannot write {html}: {exc.strerror}", "pick another --html path") from None
+        if not as_json:
+            stderr.print(f"[dim]HTML report written to {escape(str(html))} ({len(text.encode()) / 1024:.0f} KB)[/]")
+    if as_json:
+        print_json(render_compare_json(report))
+    else:
+        stdout.print(render_compare(report))

@@ -393,7 +393,14 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _render(kind: str, title: str, context: dict[str, Any], charts: list[Chart]) -> str:
+def render_page(template_name: str, title: str, context: dict[str, Any], charts: list[Chart]) -> str:
+    """Another report's page (``reports/<template_name>``) with this page's CSS, script, uPlot and CSP."""
+    return _render("page", title, context, charts, template_name)
+
+
+def _render(
+    kind: str, title: str, context: dict[str, Any], charts: list[Chart], template_name: str = "report.html.j2"
+) -> str:
     env = _environment()
     uplot_js = _inline(_asset(f"{UPLOT_DIR}/uPlot.iife.min.js"), "</script")
     report_js = _inline(_asset("report.js"), "</script")
@@ -409,7 +416,7 @@ def _render(kind: str, title: str, context: dict[str, Any], charts: list[Chart])
             "form-action 'none'",
         ]
     )
-    template = env.get_template("report.html.j2")
+    template = env.get_template(template_name)
     return template.render(
         kind=kind,
         title=title,

@@ -21,6 +21,13 @@ when it ends, and ``complete(step)`` applies the step's results at that end. ``l
     at its end   every request whose tokens are all in KV samples one token; one that has its output leaves the
                  batch and frees its blocks; new requests join at the next step.
 
+Two modes beyond vLLM's default (``capacity --compare`` runs them): ``batching="static"`` admits only when the last
+batch has ended, prefills the whole batch in one step (past the token budget) and lets no one join until its
+longest request ends; ``scheduling_policy="priority"`` orders the queue by (priority, arrival) and evicts the
+lowest-priority running request, as vLLM's ``--scheduling-policy priority``. A request added with KV already in
+place (``computed`` > 0: a disaggregated decode instance's, its KV sent by the prefill instance) computes only the
+tokens that are not.
+
 A preempted request recomputes its prompt and the tokens it had generated, then continues (its next inter-token
 latency carries the whole detour, as in vLLM). Requests carry counters, not per-token objects: one step touches
 each running request once, and the per-token histograms take one observation per distinct value per step.
@@ -205,6 +212,12 @@ class EngineConfig:
     num_gpu_blocks_override: int | None = None  # None = what the memory left after the weights holds
     max_num_queued_reqs: int | None = None  # None = no cap (vLLM's default)
     enable_chunked_prefill: bool = True  # vLLM V1 always chunks; False admits only whole prompts
+    # static: a batch is admitted only when the last one has ended, prefilled whole in one step, and runs until its
+    # longest request ends (before Orca, OSDI '22); continuous: vLLM's, anyone joins at any step
+    batching: Literal["continuous", "static"] = "continuous"
+    # vLLM's --scheduling-policy: fcfs, or priority (lower SimRequest.priority first, then arrival; a preemption
+    # evicts the lowest-priority running request, as vllm/v1/core/sched/scheduler.py does)
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     extra_step_overhead_seconds: float = 0.0  # host time per step beyond the physics' scheduler overhead
     # the KV cache's blocks, worked out by __post_init__ (not an argument, and not part of equality or repr)
     _num_gpu_blocks: int = field(init=False, repr=False, compare=False)
@@ -306,6 +319,7 @@ class SimRequest:
         "finished_ts",
         "last_step",
         "listener",
+        "priority",
     )
 
     def __init__(
@@ -316,6 +330,7 @@ class SimRequest:
         arrival: float,
         finish_reason: FinishReason = "length",
         max_tokens: int | None = None,
+        priority: int = 0,
     ) -> None:
         if prompt_tokens < 1 or output_tokens < 1:
             raise ValueError("a request needs at least one prompt token and one output token")
@@ -336,6 +351,7 @@ class SimRequest:
         self.finished_ts: float | None = None
         self.last_step = -1  # index of the last step it was scheduled in
         self.listener: Callable[[], None] | None = None
+        self.priority = priority  # vLLM's request priority: lower is served first under the priority policy
 
     @property
     def num_tokens(self) -> int:
@@ -495,6 +511,21 @@ class Engine:
         if request.prompt_tokens + request.output_tokens > self.config.model_len:
             raise ValueError(f"{request.request_id} needs more than max_model_len {self.config.model_len} tokens")
         request.state = "waiting"
+        self._enqueue(request)
+
+    def _enqueue(self, request: SimRequest, front: bool = False) -> None:
+        """FCFS: the back (a preempted request: the front). Priority: before the first request it outranks."""
+        if self.config.scheduling_policy == "fcfs":
+            if front:
+                self.waiting.appendleft(request)
+            else:
+                self.waiting.append(request)
+            return
+        key = (request.priority, request.arrival)
+        for index, other in enumerate(self.waiting):
+            if key < (other.priority, other.arrival):
+                self.waiting.insert(index, request)
+                return
         self.waiting.append(request)
 
     def abort(self, request: SimRequest, now: float) -> None:
@@ -531,7 +562,7 @@ class Engine:
         victim.state = "waiting"
         victim.preemptions += 1
         self.stats.preemptions += 1
-        self.waiting.appendleft(victim)
+        self._enqueue(victim, front=True)
 
     def schedule(self, now: float) -> Step | None:
         """Build the next step starting at ``now`` (see the module docstring); None when there is nothing to run."""
@@ -546,6 +577,8 @@ class Engine:
         kv_read = 0
         preempted = False
         running = self.running
+        if self.config.scheduling_policy == "priority":  # the last is the one a preemption evicts
+            running.sort(key=lambda r: (r.priority, r.arrival))
 
         index = 0
         while index < len(running) and budget > 0:
@@ -573,19 +606,26 @@ class Engine:
             index += 1
 
         kv_blocked = preempted
-        if not preempted:
+        if not preempted and self._admitting():
             max_seqs = self.config.seqs
             chunked = self.config.enable_chunked_prefill
             waiting = self.waiting
+            if (
+                self.config.batching == "static"
+            ):  # the whole batch is prefilled in one padded step, as static servers ran it
+                budget = max(budget, sum(r.num_tokens for r in waiting))
             while waiting and len(running) < max_seqs and budget > 0:
                 request = waiting[0]
                 if request.arrival > now:  # the runner may start a step a moment in the past to catch up on timer
                     break  # jitter; a request that arrived after that moment waits for the next step
-                total = request.num_tokens  # a preempted request recomputes its output too
+                # a preempted request recomputes its output too; one whose KV came over the link (a
+                # disaggregated decode instance) computes only what is not in KV yet
+                computed = request.computed
+                total = request.num_tokens - computed
                 if not chunked and total > budget:
                     break
                 n = min(total, budget)
-                needed = -(-n // block_size)
+                needed = -(-(computed + n) // block_size)
                 if needed > self.free_blocks:
                     kv_blocked = True
                     break
@@ -601,8 +641,8 @@ class Engine:
                 request.last_step = index_of_step
                 budget -= n
                 new_tokens += n
-                attended += n * (n + 1) / 2
-                kv_read += n
+                attended += n * computed + n * (n + 1) / 2
+                kv_read += computed + n
 
         self.waiting_after_last_schedule = len(self.waiting)
         if not scheduled:
@@ -623,6 +663,10 @@ class Engine:
         )
         self.in_flight = step
         return step
+
+    def _admitting(self) -> bool:
+        """Continuous batching admits at every step; static only when the last batch has ended."""
+        return self.config.batching == "continuous" or not self.running
 
     def _limit(self, kv_blocked: bool, now: float, timing: StepTime, duration: float) -> StepLimit:
         """What limited a step just scheduled (the module docstring): a request that waits for KV, then one that

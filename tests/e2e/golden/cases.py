@@ -130,6 +130,33 @@ def capacity_cases() -> list[Case]:
     ]
 
 
+def compare_cases() -> list[Case]:
+    """``capacity --compare``: the simulator runs in virtual time from a fixed seed, so its figures pin too."""
+    return [
+        Case(
+            "capacity/compare-H100-llama-3-8b-u64-seqs32-batching-kv",
+            (
+                "capacity",
+                "--json",
+                "--compare",
+                "batching,kv",
+                "--gpu",
+                "H100",
+                "--model",
+                "llama-3-8b",
+                "--users",
+                "64",
+                "--max-num-seqs",
+                "32",
+                "--prompt-tokens",
+                "500",
+                "--output-tokens",
+                "200",
+            ),
+        )
+    ]
+
+
 def trace_sets() -> list[Path]:
     if not SHARED_TRACES.is_dir():
         return []
@@ -148,7 +175,7 @@ def trace_cases() -> list[Case]:
 
 
 def all_cases(fixtures: Path) -> list[Case]:
-    return analyze_cases(fixtures) + capacity_cases() + trace_cases()
+    return analyze_cases(fixtures) + capacity_cases() + compare_cases() + trace_cases()
 
 
 def _strip(value: Any) -> Any:
