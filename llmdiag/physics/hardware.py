@@ -24,7 +24,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,10 @@ MIB = 1024**2
 GIB = 1024**3
 
 
+# The precisions gpus.toml gives a dense peak for (the keys of GpuSpec.peak_flops_per_second_by_dtype).
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "int8", "int4")
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     name: str
@@ -50,12 +54,22 @@ class GpuSpec:
     memory_bytes: int
     hbm_bandwidth_bytes_per_second: float
     peak_bf16_flops_per_second: float
-    nvlink_bandwidth_bytes_per_second: float | None
+    nvlink_bandwidth_bytes_per_second: float | None  # the GPU-to-GPU link (NVLink or Infinity Fabric), per direction
     pcie: str  # the interconnect its PCIe link is (interconnects.toml)
     # vLLM's defaults for its OpenAI server on this GPU (gpus.toml says where each comes from)
     vllm_max_num_seqs: int
     vllm_max_num_batched_tokens: int
     aliases: tuple[str, ...] = ()
+    # Dense peak per precision (PRECISIONS), FLOP/s or, for int8/int4, integer op/s; a precision the part has no
+    # Tensor/Matrix Core unit for is absent. bf16 is always there and equals peak_bf16_flops_per_second.
+    peak_flops_per_second_by_dtype: Mapping[str, float] = field(default_factory=dict, hash=False)
+    gpu_link: str = "NVLink"  # what the GPU-to-GPU link is called ("Infinity Fabric" on AMD parts)
+
+    def peak_flops_per_second(self, dtype: str) -> float | None:
+        """The dense peak for a precision ("bf16", "fp8", "int4", ...); None where the part has no unit for it."""
+        if dtype not in PRECISIONS:
+            raise ValueError(f"unknown precision {dtype!r}: one of {', '.join(PRECISIONS)}")
+        return self.peak_flops_per_second_by_dtype.get(dtype)
 
 
 @dataclass(frozen=True)
@@ -162,7 +176,7 @@ def interconnect_for(gpu: GpuSpec, name: str | None = None) -> InterconnectSpec:
             raise UsageError(f"the {gpu.name} has no NVLink", f"use {option('interconnect')} {gpu.pcie}")
         return InterconnectSpec(
             NVLINK,
-            f"{NVLINK_DESCRIPTION} ({gpu.name})",
+            f"{gpu.gpu_link} ({gpu.name})",  # NVLink, or AMD's Infinity Fabric: the table's 'nvlink' entry
             gpu.nvlink_bandwidth_bytes_per_second,
             NVLINK_ALLREDUCE_LATENCY_SECONDS,
         )
@@ -239,10 +253,10 @@ def load_model_config(path: Path) -> ModelSpec:
 
 def model_from_config(config: Mapping[str, Any], *, name: str, source: str, where: str) -> ModelSpec:
     """The shape a Hugging Face config.json describes; ``where`` names it in errors (``InputFileError``)."""
-    for field, reason in UNSUPPORTED_FIELDS.items():
-        if config.get(field) is not None:
+    for unsupported, reason in UNSUPPORTED_FIELDS.items():
+        if config.get(unsupported) is not None:
             raise InputFileError(
-                f"{where}: field '{field}' is not supported: {reason}",
+                f"{where}: field '{unsupported}' is not supported: {reason}",
                 "llmdiag models dense and Mixtral-style MoE transformers; pick a built-in "
                 f"{option('model')} for a rough figure",
             )
@@ -348,7 +362,22 @@ def _gpu_spec(entry: GpuEntry) -> GpuSpec:
         vllm_max_num_seqs=entry.vllm_max_num_seqs,
         vllm_max_num_batched_tokens=entry.vllm_max_num_batched_tokens,
         aliases=tuple(entry.aliases),
+        peak_flops_per_second_by_dtype=_peaks(entry),
+        gpu_link=entry.gpu_link,
     )
+
+
+def _peaks(entry: GpuEntry) -> dict[str, float]:
+    """The entry's dense peaks by precision, those the part has."""
+    peaks = {
+        "bf16": entry.peak_bf16_dense_flops_per_second,
+        "fp16": entry.peak_fp16_dense_flops_per_second,
+        "fp8": entry.peak_fp8_dense_flops_per_second,
+        "fp4": entry.peak_fp4_dense_flops_per_second,
+        "int8": entry.peak_int8_dense_ops_per_second,
+        "int4": entry.peak_int4_dense_ops_per_second,
+    }
+    return {dtype: peak for dtype, peak in peaks.items() if peak is not None}
 
 
 def _gpus() -> dict[str, GpuSpec]:

@@ -1,6 +1,7 @@
 """The physics' data tables (probes/tables/): GPUs, the links between them, and model shapes, each figure sourced.
 
-    gpus.toml           one [[gpu]] per part: memory, HBM bandwidth, peak bf16, NVLink, PCIe, vLLM's batch caps
+    gpus.toml           one [[gpu]] per part: memory, HBM bandwidth, dense peaks per precision, GPU link, PCIe,
+                        vLLM's batch caps
     interconnects.toml  one [[interconnect]] per tensor-parallel link: achieved bandwidth, all-reduce latency
     models.toml         one [[model]] per model: the fields of its Hugging Face config.json, verbatim
 
@@ -32,7 +33,7 @@ class _Sourced(_Strict):
 
     @model_validator(mode="after")
     def _every_figure_sourced(self) -> _Sourced:
-        figures = set(type(self).model_fields) - {"name", "part", "description", "aliases", "sources"}
+        figures = set(type(self).model_fields) - {"name", "part", "description", "aliases", "sources", "gpu_link"}
         unknown = set(self.sources) - figures
         if unknown:
             raise ValueError(f"sources name no figure of this entry: {', '.join(sorted(unknown))}")
@@ -48,8 +49,17 @@ class GpuEntry(_Sourced):
     aliases: list[str] = Field(default_factory=list)
     memory_mib: int = Field(gt=0)  # as nvidia-smi reports it: what vLLM sizes its KV cache from
     hbm_bandwidth_bytes_per_second: float = Field(gt=0)
-    peak_bf16_dense_flops_per_second: float = Field(gt=0)  # without 2:4 sparsity, which serving does not use
-    nvlink_bytes_per_second: float | None = Field(default=None, gt=0)  # per direction; None: no NVLink
+    # Dense Tensor Core / Matrix Core peaks, without 2:4 sparsity (which serving does not use); None: the part has
+    # no such unit. int8 and int4 are integer operations per second (a multiply-add counts 2, as for FLOPs).
+    peak_bf16_dense_flops_per_second: float = Field(gt=0)
+    peak_fp16_dense_flops_per_second: float = Field(gt=0)
+    peak_fp8_dense_flops_per_second: float | None = Field(default=None, gt=0)
+    peak_fp4_dense_flops_per_second: float | None = Field(default=None, gt=0)
+    peak_int8_dense_ops_per_second: float | None = Field(default=None, gt=0)
+    peak_int4_dense_ops_per_second: float | None = Field(default=None, gt=0)
+    # the GPU-to-GPU link (NVLink, AMD Infinity Fabric), per direction; None: the GPUs talk over PCIe
+    nvlink_bytes_per_second: float | None = Field(default=None, gt=0)
+    gpu_link: str = "NVLink"  # what the part's GPU-to-GPU link is called
     pcie: str  # the [[interconnect]] this part's PCIe link is
     vllm_max_num_seqs: int = Field(ge=1)  # vLLM's defaults for its OpenAI server on this part
     vllm_max_num_batched_tokens: int = Field(ge=1)

@@ -39,6 +39,8 @@ part = "X1 SXM 80GB"
 memory_mib = 81559
 hbm_bandwidth_bytes_per_second = 3.35e12
 peak_bf16_dense_flops_per_second = 989.4e12
+peak_fp16_dense_flops_per_second = 989.4e12
+peak_fp8_dense_flops_per_second = 1978.9e12
 pcie = "pcie5"
 vllm_max_num_seqs = 1024
 vllm_max_num_batched_tokens = 8192
@@ -47,6 +49,8 @@ vllm_max_num_batched_tokens = 8192
 memory_mib = "nvidia-smi"
 hbm_bandwidth_bytes_per_second = "datasheet"
 peak_bf16_dense_flops_per_second = "datasheet"
+peak_fp16_dense_flops_per_second = "datasheet"
+peak_fp8_dense_flops_per_second = "datasheet"
 pcie = "datasheet"
 vllm_max_num_seqs = "arg_utils.py"
 vllm_max_num_batched_tokens = "arg_utils.py"
@@ -67,6 +71,7 @@ def test_a_gpu_entry_with_every_figure_sourced_loads():
     [
         (('memory_mib = "nvidia-smi"\n', ""), "figures without a source: memory_mib"),
         (('pcie = "datasheet"\n', 'pcie = " "\n'), "figures without a source: pcie"),
+        (('peak_fp8_dense_flops_per_second = "datasheet"\n', ""), "without a source: peak_fp8_dense_flops"),
         (("[gpu.sources]\n", "[gpu.sources]\nmemory_gib = 'a typo'\n"), "sources name no figure of this entry"),
         (("memory_mib = 81559\n", "memory_mib = 81559\nmemory_gib = 80\n"), "Extra inputs are not permitted"),
         (("memory_mib = 81559\n", "memory_mib = 0\n"), "greater than 0"),
@@ -180,3 +185,13 @@ def test_a_model_config_field_the_reader_does_not_know_is_refused():
 def test_gpu_entries_keep_their_aliases():
     entry = GpuEntry.model_validate(gpu_table(H100_ENTRY).gpu[0].model_dump() | {"aliases": ["x1-80gb"]})
     assert _gpu_spec(entry).aliases == ("x1-80gb",)
+
+
+def test_a_gpu_gives_its_dense_peak_per_precision_and_none_where_it_has_no_unit():
+    [entry] = gpu_table(H100_ENTRY).gpu
+    spec = _gpu_spec(entry)
+    assert spec.peak_flops_per_second("fp8") == 1978.9e12 and spec.peak_flops_per_second("bf16") == 989.4e12
+    assert spec.peak_flops_per_second("int4") is None  # not in the entry: the part has no such unit
+    assert set(spec.peak_flops_per_second_by_dtype) == {"bf16", "fp16", "fp8"}
+    with pytest.raises(ValueError, match="unknown precision 'fp64'"):
+        spec.peak_flops_per_second("fp64")
