@@ -151,7 +151,7 @@ def find_gpu(name: str) -> GpuSpec:
     for gpu in GPUS.values():
         if key in {_key(gpu.name), _key(gpu.part), *map(_key, gpu.aliases)}:
             return gpu
-    raise UsageError(f"unknown GPU '{name}'", f"known GPUs: {', '.join(GPUS)} (SXM parts)")
+    raise UsageError(f"unknown GPU '{name}'", f"known GPUs: {', '.join(GPUS)}")
 
 
 def _model_key(text: str) -> str:  # "meta-llama/Meta-Llama-3-8B-Instruct" → "metallama38b"

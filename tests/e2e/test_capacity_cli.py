@@ -108,7 +108,7 @@ def test_a_local_config_json(tmp_path: Path):
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
-        (("--gpu", "B200", "--model", "llama-3-8b"), ("unknown GPU 'B200'", "H100, H200, A100, L4")),
+        (("--gpu", "B900", "--model", "llama-3-8b"), ("unknown GPU 'B900'", "H100, H200, A100, L4")),
         (("--gpu", "H100", "--model", "gpt-5"), ("unknown model 'gpt-5'", "llama-3-8b, llama-3-70b", "mixtral-8x7b")),
         (("--model", "llama-3-8b"), ("no GPU given", "H100")),
         (("--gpu", "H100"), ("no model given", "--model-config")),

@@ -89,8 +89,8 @@ def test_names_resolve_case_and_punctuation_blind():
 
 def test_unknown_names_list_the_known_ones():
     with pytest.raises(UsageError) as gpu:
-        find_gpu("B200")
-    assert "H100, H200, A100, L4" in gpu.value.hint
+        find_gpu("B900")
+    assert "H100, H200, A100, L4" in gpu.value.hint and "MI300X" in gpu.value.hint
     with pytest.raises(UsageError) as model:
         find_model("gpt-5")
     assert "llama-3-8b" in model.value.hint and "model_config" in model.value.hint

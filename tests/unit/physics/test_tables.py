@@ -19,6 +19,8 @@ from llmdiag.physics.hardware import (
     _model_key,
     _model_spec,
     _refuse_clashing_names,
+    find_gpu,
+    interconnect_for,
     load_model_config,
 )
 from llmdiag.schema.loader import _parse
@@ -195,3 +197,48 @@ def test_a_gpu_gives_its_dense_peak_per_precision_and_none_where_it_has_no_unit(
     assert set(spec.peak_flops_per_second_by_dtype) == {"bf16", "fp16", "fp8"}
     with pytest.raises(ValueError, match="unknown precision 'fp64'"):
         spec.peak_flops_per_second("fp64")
+
+
+CATALOGUE_GPUS = ["H100", "H100-PCIe", "H200", "B200", "GB200", "A100", "A100-40GB", "L40S", "L4", "A10G", "RTX4090"]
+
+
+def test_the_catalogue_has_the_parts_serving_runs_on():
+    assert set(CATALOGUE_GPUS + ["MI300X", "MI325X"]) <= set(GPUS)
+
+
+@pytest.mark.parametrize("entry", load_gpu_table().gpu, ids=lambda g: g.name)
+def test_every_gpu_memory_figure_says_whether_the_device_reported_it(entry: GpuEntry):
+    source = entry.sources["memory_mib"]
+    assert "nvidia-smi" in source or "rocm-smi" in source or source.startswith("datasheet figure")
+
+
+@pytest.mark.parametrize("entry", load_gpu_table().gpu, ids=lambda g: g.name)
+def test_every_peak_is_a_dense_rate_ordered_as_the_units_are(entry: GpuEntry):
+    peaks = _gpu_spec(entry).peak_flops_per_second_by_dtype
+    # a narrower format never runs slower on the same Tensor/Matrix Cores
+    for wide, narrow in [("bf16", "fp8"), ("fp8", "fp4"), ("int8", "int4"), ("bf16", "int8")]:
+        if wide in peaks and narrow in peaks:
+            assert peaks[narrow] >= peaks[wide], (entry.name, wide, narrow)
+    # no "with sparsity" figure slipped in: each source tells the dense figure from the sparse (or the
+    # accumulate mode taken), or says there is no datasheet
+    for dtype, field in [("fp8", "peak_fp8_dense_flops_per_second"), ("bf16", "peak_bf16_dense_flops_per_second")]:
+        if dtype in peaks:
+            assert any(word in entry.sources[field] for word in ("sparsity", "accumulate", "no NVIDIA datasheet"))
+
+
+def test_the_new_parts_read_as_their_datasheets_say():
+    # by hand from the datasheets: NVIDIA's "with sparsity" figure halved; AMD's dense figure as printed
+    assert GPUS["H100-PCIe"].peak_flops_per_second("bf16") == 1513e12 / 2
+    assert GPUS["B200"].peak_flops_per_second("fp4") == 144e15 / 8 / 2  # HGX B200: 8 GPUs
+    assert GPUS["GB200"].peak_flops_per_second("fp8") == 20e15 / 2 / 2  # per superchip: 2 GPUs
+    assert GPUS["MI300X"].memory_bytes == 205822885888  # rocm-smi's VRAM Total Memory, bytes
+    assert GPUS["MI300X"].nvlink_bandwidth_bytes_per_second == 7 * 128e9 / 2
+    assert GPUS["A100-40GB"].peak_flops_per_second("fp8") is None  # Ampere has no FP8 unit
+    assert GPUS["H100-PCIe"].nvlink_bandwidth_bytes_per_second is None  # a two-card bridge only
+
+
+def test_aliases_keep_their_old_meaning():
+    assert find_gpu("H100").part == "H100 SXM5 80GB HBM3"
+    assert find_gpu("A100").part == "A100 SXM4 80GB HBM2e"
+    assert find_gpu("H100 PCIe").name == "H100-PCIe" and find_gpu("a100-40gb").name == "A100-40GB"
+    assert interconnect_for(GPUS["MI300X"]).description == "Infinity Fabric (MI300X)"
