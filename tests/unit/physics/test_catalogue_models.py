@@ -117,3 +117,21 @@ def test_an_mla_config_without_its_head_widths_names_the_missing_field(tmp_path:
     path.write_text(json.dumps(config))
     with pytest.raises(InputFileError, match="field 'v_head_dim' is missing"):
         load_model_config(path)
+
+
+def test_a_real_gpt_oss_120b_config_json_reads_as_the_table_entry():
+    spec = load_model_config(HF_CONFIGS / "gpt-oss-120b.config.json")
+    table = MODELS["gpt-oss-120b"]
+    same = ("total_params", "active_params", "weight_bytes", "sliding_layers", "sliding_window_tokens")
+    assert all(getattr(spec, f) == getattr(table, f) for f in same)
+    # 18 full-attention layers · 2 (K and V) · 8 KV heads · 64 · 2 bytes
+    assert kv_bytes_per_token(spec) == 18 * 2 * 8 * 64 * 2
+
+
+def test_a_real_qwen3_moe_config_json_reads_as_the_table_entry():
+    spec = load_model_config(HF_CONFIGS / "qwen3-30b-a3b.config.json")
+    table = MODELS["qwen3-30b-a3b"]
+    assert (spec.total_params, spec.active_params) == (table.total_params, table.active_params)
+    assert spec.expert_params == 3 * 2048 * 768 and spec.experts == 128 and spec.active_experts == 8
+    # sliding_window null and use_sliding_window false: every layer keeps the whole context
+    assert spec.sliding_layers == 0 and kv_bytes_per_token(spec) == 2 * 48 * 4 * 128 * 2
