@@ -358,14 +358,21 @@ def _moe_fields(config: Mapping[str, Any], where: str) -> dict[str, int]:
     active = positive_int("num_experts_per_tok", positive_int("experts_per_token", 1))
     if active > experts:
         raise InputFileError(f"{where}: num_experts_per_tok {active} exceeds the {experts} experts", config_hint())
-    shared_width = config.get("shared_expert_intermediate_size") or 0
+
+    def count(field: str) -> int:  # a field that may be 0 or absent (0 then)
+        value = config.get(field) or 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputFileError(f"{where}: field '{field}' must be a whole number >= 0, got {value!r}", config_hint())
+        return value
+
+    shared_width = count("shared_expert_intermediate_size")
     return {
         "experts": experts,
         "active_experts": active,
-        "moe_intermediate_size": positive_int("moe_intermediate_size", 0) if "moe_intermediate_size" in config else 0,
-        "shared_experts": config.get("n_shared_experts") or (1 if shared_width else 0),
+        "moe_intermediate_size": count("moe_intermediate_size"),
+        "shared_experts": count("n_shared_experts") or (1 if shared_width else 0),
         "shared_expert_intermediate_size": shared_width,
-        "dense_layers": config.get("first_k_dense_replace") or 0,
+        "dense_layers": count("first_k_dense_replace"),
     }
 
 
@@ -391,6 +398,8 @@ def _sliding_fields(config: Mapping[str, Any], where: str) -> dict[str, int]:
         return {}
     if not isinstance(types, list) or any(t not in ("sliding_attention", "full_attention") for t in types):
         raise _not_modelled(where, "a layer_types entry other than sliding_attention and full_attention")
+    if len(types) != config.get("num_hidden_layers"):
+        raise InputFileError(f"{where}: layer_types names {len(types)} layers, not num_hidden_layers", config_hint())
     sliding = sum(t == "sliding_attention" for t in types)
     if not sliding:
         return {}

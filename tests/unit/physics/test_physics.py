@@ -176,6 +176,8 @@ def test_loader_descends_into_text_config(tmp_path: Path):
         (json.dumps({**LLAMA_3_8B_CONFIG, "mamba_d_state": 16}), "'mamba_d_state' is not supported"),
         (json.dumps({**LLAMA_3_8B_CONFIG, "num_experts": 8, "mlp_only_layers": [0]}), "dense layers between"),
         (json.dumps({**LLAMA_3_8B_CONFIG, "layer_types": ["linear_attention"] * 32}), "layer_types entry"),
+        (json.dumps({**LLAMA_3_8B_CONFIG, "layer_types": ["full_attention"] * 31}), "names 31 layers"),
+        (json.dumps({**LLAMA_3_8B_CONFIG, "num_experts": 8, "n_shared_experts": -1}), "'n_shared_experts' must be"),
         (json.dumps({**LLAMA_3_8B_CONFIG, "torch_dtype": "int8"}), "dtype 'int8'"),
     ],
 )
