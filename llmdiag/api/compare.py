@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any
 
 from llmdiag.engine.capacity import CapacityQuestion, plan_capacity, sustained_load
 from llmdiag.errors import UsageError, option
@@ -424,53 +424,25 @@ PRECISIONS: tuple[tuple[str, float, int, str, str], ...] = (
     ("INT8", 1.0, 2, "int8", "INT8 weights and activations (W8A8, SmoothQuant-style), BF16 KV"),
     ("INT4 weight-only", 0.5, 2, "bf16", "INT4 weights (W4A16: AWQ/GPTQ), dequantised to BF16 math, BF16 KV"),
 )
-# GPUs with FP8 tensor cores (Ada, Hopper, Blackwell; AMD CDNA3): the assumed ratio applies only to these
-FP8_PARTS = (
-    "h100",
-    "h200",
-    "h20",
-    "gh200",
-    "b100",
-    "b200",
-    "gb200",
-    "l4",
-    "l40",
-    "l40s",
-    "rtx4090",
-    "mi300x",
-    "mi325x",
-)
-ASSUMED_RATIO_SOURCE = (
-    "assumed: 2 × BF16, the ratio the datasheets give (H100/H200/L4: FP8 and INT8 dense = 2 × BF16; A100: INT8 = "
-    "2 × BF16, no FP8 units)"
-)
 
 
 def precision_peak(gpu: GpuSpec, math_precision: str) -> tuple[float, str]:
-    """The GPU's dense peak for ``math_precision`` (bf16, fp8, int8) and where the figure comes from.
-
-    The catalogue's own per-precision peak when this llmdiag's GpuSpec carries them (``peak_flops_per_second``),
-    else the ratio the datasheets give: FP8 = 2 × BF16 on parts with FP8 units (FP8 weights on an older part run
-    as weight-only FP8 at BF16 math, as vLLM's Marlin kernels do), INT8 = 2 × BF16, INT4 weight-only at BF16."""
+    """The GPU's dense peak for ``math_precision`` (bf16, fp8, int8) and where the figure comes from: the catalogue's
+    own per-precision peak (gpus.toml, sourced per part). A part with no units for it runs the weights narrow and the
+    math in BF16 (FP8 weights on an A100 run as weight-only FP8, as vLLM's Marlin kernels do)."""
     bf16 = gpu.peak_bf16_flops_per_second
     if math_precision == "bf16":
         return bf16, "gpus.toml: the datasheet's dense BF16"
-    lookup: Callable[[str], float | None] | None = getattr(gpu, "peak_flops_per_second", None)
-    if callable(lookup):
-        peak = lookup(math_precision)
-        if peak is not None:
-            return peak, f"gpus.toml: the datasheet's dense {math_precision.upper()}"
-        return bf16, f"gpus.toml lists no {math_precision.upper()} units on the {gpu.name}: BF16 math"
-    has_fp8 = any(key in {gpu.name.lower().replace(" ", ""), gpu.part.lower().replace(" ", "")} for key in FP8_PARTS)
-    if math_precision == "fp8" and not has_fp8:
-        return bf16, f"the {gpu.name} has no FP8 units (its datasheet): weight-only FP8 at BF16 math"
-    return 2 * bf16, ASSUMED_RATIO_SOURCE
+    peak = gpu.peak_flops_per_second(math_precision)
+    if peak is not None:
+        return peak, f"gpus.toml: the datasheet's dense {math_precision.upper()}"
+    return bf16, f"the {gpu.name} has no {math_precision.upper()} units (gpus.toml): weight-only at BF16 math"
 
 
 def precision_deployment(dep: Deployment, weight_width: float, kv_width: int, peak: float) -> Deployment:
-    """The deployment with narrower weights and KV and the precision's peak. ModelSpec types the width as an int;
-    a half-byte width (INT4) goes through every formula, which only multiply by it."""
-    model = replace(dep.model, dtype_bytes=cast(int, weight_width))
+    """The deployment with weights ``weight_width`` bytes wide (every weight, a quantized checkpoint's experts too),
+    KV ``kv_width`` bytes wide, and the precision's peak."""
+    model = replace(dep.model, weight_bytes_per_param=weight_width, expert_weight_bytes_per_param=weight_width)
     return replace(dep, model=model, gpu=replace(dep.gpu, peak_bf16_flops_per_second=peak), kv_dtype_bytes=kv_width)
 
 

@@ -14,21 +14,22 @@ from llmdiag.cli.options import HtmlOpt, flag_groups
 from llmdiag.cli.output import fail, print_json, stderr, stdout
 from llmdiag.engine.capacity import CapacityQuestion
 from llmdiag.errors import LlmdiagError, UsageError
+from llmdiag.physics.hardware import GPUS, MODELS
 from llmdiag.render.capacity import render_capacity, render_capacity_json
 from llmdiag.render.files import write_atomic
 
 app = typer.Typer(add_completion=False)
+# the lists come from probes/tables/ (gpus.toml, models.toml), so a new entry shows here by itself
+GPU_HELP = f"{', '.join(GPUS)} (H100 and A100 are the SXM parts)."
+MODEL_HELP = f"{', '.join(MODELS)}."
 
 
 @dataclass(frozen=True, kw_only=True)
 class CapacityDeploymentFlags:
     """The deployment: GPU, model (known, or a config.json), TP, interconnect, and vLLM's memory and batch caps."""
 
-    gpu: Annotated[str | None, typer.Option("--gpu", help="H100, H200, A100 or L4 (SXM parts).")] = None
-    model: Annotated[
-        str | None,
-        typer.Option("--model", help="llama-3-8b, llama-3-70b, qwen2.5-7b, qwen2.5-72b, mistral-7b, mixtral-8x7b."),
-    ] = None
+    gpu: Annotated[str | None, typer.Option("--gpu", help=GPU_HELP)] = None
+    model: Annotated[str | None, typer.Option("--model", help=MODEL_HELP)] = None
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size (GPUs per model replica).")] = 1
     model_config: Annotated[
         Path | None, typer.Option("--model-config", help="A Hugging Face config.json instead of --model.")

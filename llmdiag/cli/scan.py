@@ -54,7 +54,7 @@ from llmdiag.config import Settings
 from llmdiag.engine.settle import AUTO_MIN_SECONDS
 from llmdiag.errors import LlmdiagError, UsageError
 from llmdiag.model import FleetReport, TraceReport
-from llmdiag.physics.hardware import find_gpu, find_model, load_model_config
+from llmdiag.physics.hardware import GPUS, find_gpu, find_model, load_model_config
 from llmdiag.physics.step import Deployment
 from llmdiag.render.fleet import render_fleet
 
@@ -66,7 +66,8 @@ class DeploymentFlags:
     """The server's GPU and model, for the roofline context (scan)."""
 
     gpu: Annotated[
-        str | None, typer.Option("--gpu", help="The server's GPU (H100, H200, A100, L4): adds the roofline context.")
+        str | None,
+        typer.Option("--gpu", help=f"The server's GPU ({', '.join(GPUS)}): adds the roofline context."),
     ] = None
     model_shape: Annotated[
         str | None,

@@ -8,8 +8,17 @@ B_hbm HBM bytes/s per GPU, B_link interconnect bytes/s per direction, α latency
 
 KV cache
     kv_bytes_per_token         = 2 · L · n_kv · d · b_kv                  (K and V, every layer)
-    kv_bytes_per_token_per_gpu = 2 · L · ⌈n_kv / tp⌉ · d · b_kv           (heads split; replicated when tp > n_kv)
-    weight_bytes               = N_total · b                              (an MoE keeps every expert in memory)
+                               = (kv_lora_rank + qk_rope_head_dim) · L · b_kv
+                                                                          (MLA, DeepSeek-V2/V3: one compressed latent
+                                                                          and one shared rope key per layer)
+                                 L counts full-attention layers only: a sliding-window layer (gpt-oss) keeps at
+                                 most W tokens per sequence (sliding_window_kv_bytes_per_sequence), not modelled
+                                 in the capacity
+    kv_bytes_per_token_per_gpu = 2 · L · ⌈n_kv / tp⌉ · d · b_kv           (heads split; replicated when tp > n_kv;
+                                                                          MLA's latent: all of it on every rank)
+    weight_bytes               = N_total · b                              (an MoE keeps every expert in memory;
+                                                                          a quantized checkpoint at its own widths:
+                                                                          fp8 1 byte, gpt-oss's MXFP4 experts 4.25 bits)
     kv_cache_bytes_per_gpu     = memory · gpu_memory_utilization − weight_bytes / tp − activation_reserve
     kv_blocks                  = ⌊kv_cache_bytes_per_gpu / (block_size · kv_bytes_per_token_per_gpu)⌋
     kv_capacity_tokens         = kv_blocks · block_size
@@ -22,8 +31,9 @@ KV cache
 A step (``StepLoad``: the new tokens it computes, the context each attends to, the KV it reads)
     flops          = 2 · N_active · new_tokens                       (one multiply-add per active weight per token;
                                                                       the embedding gather is counted too: ≤ 7 % high)
-                   + 4 · L · n_h · d · attended_tokens               (QKᵀ and A·V: 2 FLOPs × 2 matmuls per
-                                                                      query·key pair per layer)
+                   + 2 · L · n_h · (d_qk + d_v) · attended_tokens    (QKᵀ and A·V: 2 FLOPs per multiply-add,
+                                                                      per query·key pair per layer; d_qk = d_v = d,
+                                                                      or MLA's qk_nope + qk_rope and v_head)
       decode of B sequences at context c:   new = B,  attended = B · c,  kv read = B · c
       prefill of a P-token prompt:          new = P,  attended = P(P+1)/2 (causal),  kv read = P
     compute_seconds = flops / (F · tp · compute_efficiency)
@@ -110,20 +120,36 @@ class Deployment:
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_dtype_bytes: int | None = None) -> int:
-    """2 · L · n_kv · d · b_kv: the K and V vectors one token leaves in every layer, whole model."""
-    return 2 * model.layers * model.kv_heads * model.head_dim * (kv_dtype_bytes or model.dtype_bytes)
+    """The KV one token leaves in the whole model: 2 · L · n_kv · d · b_kv (K and V, every layer), or for MLA
+    (kv_lora_rank + qk_rope_head_dim) · L · b_kv (one compressed latent and the shared rope key per layer).
+    Sliding-window layers are left out: they keep at most the window per sequence, not per token."""
+    width = kv_dtype_bytes or model.dtype_bytes
+    if model.is_mla:
+        return (model.kv_lora_rank + model.qk_rope_head_dim) * model.full_attention_layers * width
+    return 2 * model.full_attention_layers * model.kv_heads * model.head_dim * width
 
 
 def kv_bytes_per_token_per_gpu(dep: Deployment) -> int:
-    """2 · L · ⌈n_kv / tp⌉ · d · b_kv: each GPU holds its own KV heads (vLLM replicates them when tp > n_kv)."""
+    """2 · L · ⌈n_kv / tp⌉ · d · b_kv: each GPU holds its own KV heads (vLLM replicates them when tp > n_kv).
+    MLA's latent is not split by heads: every rank holds all of it (vLLM replicates the MLA cache across TP)."""
     model = dep.model
+    if model.is_mla:
+        return kv_bytes_per_token(model, dep.kv_dtype_bytes)
     heads = math.ceil(model.kv_heads / dep.tp)
-    return 2 * model.layers * heads * model.head_dim * (dep.kv_dtype_bytes or model.dtype_bytes)
+    return 2 * model.full_attention_layers * heads * model.head_dim * (dep.kv_dtype_bytes or model.dtype_bytes)
+
+
+def sliding_window_kv_bytes_per_sequence(model: ModelSpec, kv_dtype_bytes: int | None = None) -> int:
+    """What the sliding-window layers keep per sequence once it is longer than the window: W · 2 · n_kv · d · b_kv
+    per such layer. Not in the capacity figures (a few MB per sequence for gpt-oss's 128-token window)."""
+    width = kv_dtype_bytes or model.dtype_bytes
+    return model.sliding_window_tokens * model.sliding_layers * 2 * model.kv_heads * model.head_dim * width
 
 
 def weight_bytes(model: ModelSpec) -> int:
-    """N_total · b: every parameter sits in memory, every expert of an MoE included."""
-    return model.total_params * model.dtype_bytes
+    """N_total · b: every parameter sits in memory, every expert of an MoE included (a quantized checkpoint at
+    its own widths: ``ModelSpec.weight_bytes``)."""
+    return model.weight_bytes
 
 
 @dataclass(frozen=True)
@@ -200,8 +226,10 @@ def prefill_load(prompt_tokens: float, prompts: float = 1.0, cached_tokens: floa
 
 
 def step_flops(model: ModelSpec, load: StepLoad) -> float:
-    """2 · N_active · new_tokens + 4 · L · n_h · d · attended_tokens."""
-    return 2 * model.active_params * load.new_tokens + 4 * model.layers * model.q_dim * load.attended_tokens
+    """2 · N_active · new_tokens + 2 · L · n_h · (d_qk + d_v) · attended_tokens (= 4 · L · n_h · d when the query·key
+    and value widths are both d; MLA's are qk_nope + qk_rope and v_head, its un-absorbed form)."""
+    attention = 2 * model.layers * model.attention_heads * (model.qk_head_dim + model.value_head_dim)
+    return 2 * model.active_params * load.new_tokens + attention * load.attended_tokens
 
 
 def experts_touched_ratio(model: ModelSpec, tokens: float) -> float:
@@ -217,7 +245,12 @@ def weight_bytes_read(model: ModelSpec, tokens: float) -> float:
     if not model.is_moe:
         return float(weight_bytes(model))
     shared = model.total_params - model.all_expert_params
-    return (shared + model.all_expert_params * experts_touched_ratio(model, tokens)) * model.dtype_bytes
+    dense_bytes = model.weight_bytes_per_param or model.dtype_bytes
+    expert_bytes = model.expert_weight_bytes_per_param or dense_bytes  # gpt-oss's MXFP4 experts are narrower
+    touched = model.all_expert_params * experts_touched_ratio(model, tokens)
+    if expert_bytes == dense_bytes:
+        return (shared + touched) * dense_bytes
+    return shared * dense_bytes + touched * expert_bytes
 
 
 def hbm_bytes_per_gpu(dep: Deployment, load: StepLoad) -> float:

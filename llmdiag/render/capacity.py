@@ -94,7 +94,7 @@ def _memory(report: CapacityReport) -> RenderableType:
     table.add_row(
         f"weights{f' ÷ TP {i.tp}' if i.tp > 1 else ''}",
         _gib(m.weight_bytes_per_gpu),
-        f"{params} × {model.weight_bytes // model.total_params} bytes",
+        f"{params} × {model.weight_bytes / model.total_params:.3g} bytes",  # 0.558 for MXFP4 experts
     )
     table.add_row("activation reserve", _gib(m.activation_reserve_bytes), "assumed (vLLM profiles it)")
     table.add_row(

@@ -1,6 +1,7 @@
 """The physics' data tables (probes/tables/): GPUs, the links between them, and model shapes, each figure sourced.
 
-    gpus.toml           one [[gpu]] per part: memory, HBM bandwidth, peak bf16, NVLink, PCIe, vLLM's batch caps
+    gpus.toml           one [[gpu]] per part: memory, HBM bandwidth, dense peaks per precision, GPU link, PCIe,
+                        vLLM's batch caps
     interconnects.toml  one [[interconnect]] per tensor-parallel link: achieved bandwidth, all-reduce latency
     models.toml         one [[model]] per model: the fields of its Hugging Face config.json, verbatim
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -32,7 +33,7 @@ class _Sourced(_Strict):
 
     @model_validator(mode="after")
     def _every_figure_sourced(self) -> _Sourced:
-        figures = set(type(self).model_fields) - {"name", "part", "description", "aliases", "sources"}
+        figures = set(type(self).model_fields) - {"name", "part", "description", "aliases", "sources", "gpu_link"}
         unknown = set(self.sources) - figures
         if unknown:
             raise ValueError(f"sources name no figure of this entry: {', '.join(sorted(unknown))}")
@@ -48,8 +49,17 @@ class GpuEntry(_Sourced):
     aliases: list[str] = Field(default_factory=list)
     memory_mib: int = Field(gt=0)  # as nvidia-smi reports it: what vLLM sizes its KV cache from
     hbm_bandwidth_bytes_per_second: float = Field(gt=0)
-    peak_bf16_dense_flops_per_second: float = Field(gt=0)  # without 2:4 sparsity, which serving does not use
-    nvlink_bytes_per_second: float | None = Field(default=None, gt=0)  # per direction; None: no NVLink
+    # Dense Tensor Core / Matrix Core peaks, without 2:4 sparsity (which serving does not use); None: the part has
+    # no such unit. int8 and int4 are integer operations per second (a multiply-add counts 2, as for FLOPs).
+    peak_bf16_dense_flops_per_second: float = Field(gt=0)
+    peak_fp16_dense_flops_per_second: float = Field(gt=0)
+    peak_fp8_dense_flops_per_second: float | None = Field(default=None, gt=0)
+    peak_fp4_dense_flops_per_second: float | None = Field(default=None, gt=0)
+    peak_int8_dense_ops_per_second: float | None = Field(default=None, gt=0)
+    peak_int4_dense_ops_per_second: float | None = Field(default=None, gt=0)
+    # the GPU-to-GPU link (NVLink, AMD Infinity Fabric), per direction; None: the GPUs talk over PCIe
+    nvlink_bytes_per_second: float | None = Field(default=None, gt=0)
+    gpu_link: str = "NVLink"  # what the part's GPU-to-GPU link is called
     pcie: str  # the [[interconnect]] this part's PCIe link is
     vllm_max_num_seqs: int = Field(ge=1)  # vLLM's defaults for its OpenAI server on this part
     vllm_max_num_batched_tokens: int = Field(ge=1)
@@ -92,12 +102,31 @@ class HfConfig(_Strict):
     intermediate_size: int
     vocab_size: int
     max_position_embeddings: int | None = None
-    num_local_experts: int | None = None
-    num_experts: int | None = None
+    num_local_experts: int | None = None  # Mixtral, gpt-oss
+    num_experts: int | None = None  # Qwen-MoE
+    n_routed_experts: int | None = None  # DeepSeek
     num_experts_per_tok: int | None = None
+    experts_per_token: int | None = None  # gpt-oss's second spelling of num_experts_per_tok
+    moe_intermediate_size: int | None = None
+    n_shared_experts: int | None = None
+    shared_expert_intermediate_size: int | None = None
+    first_k_dense_replace: int | None = None
+    moe_layer_freq: int | None = None
+    decoder_sparse_step: int | None = None
+    mlp_only_layers: list[int] | None = None
+    # multi-head latent attention (DeepSeek-V2/V3)
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    # sliding-window layers (gpt-oss)
+    sliding_window: int | None = None
+    layer_types: list[str] | None = None
     tie_word_embeddings: bool | None = None
     attention_bias: bool | None = None
     torch_dtype: str | None = None
+    quantization_config: dict[str, Any] | None = None  # fp8 (DeepSeek) and mxfp4 (gpt-oss) are modelled
 
 
 class PublishedParameters(_Strict):
@@ -105,6 +134,12 @@ class PublishedParameters(_Strict):
 
     total_billions: float = Field(gt=0)
     active_billions: float | None = Field(default=None, gt=0)  # an MoE's per-token share
+    # Some publishers leave the input embedding out of the active count (a table lookup, not a matmul): gpt-oss,
+    # DeepSeek. Others count it (Mistral's 12.9B for Mixtral 8x7B).
+    active_excludes_input_embedding: bool = False
+    # The unit of the last digit the publisher gives ("37B": 1, "3.3B": 0.1): the shape's count must fall within
+    # one such unit (the figure may be rounded or cut), or within 0.5 %, whichever is wider.
+    precision_billions: float | None = Field(default=None, gt=0)
     source: str = Field(min_length=1)
 
 

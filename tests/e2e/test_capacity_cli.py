@@ -108,7 +108,7 @@ def test_a_local_config_json(tmp_path: Path):
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
-        (("--gpu", "B200", "--model", "llama-3-8b"), ("unknown GPU 'B200'", "H100, H200, A100, L4")),
+        (("--gpu", "B900", "--model", "llama-3-8b"), ("unknown GPU 'B900'", "H100, H200, A100, L4")),
         (("--gpu", "H100", "--model", "gpt-5"), ("unknown model 'gpt-5'", "llama-3-8b, llama-3-70b", "mixtral-8x7b")),
         (("--model", "llama-3-8b"), ("no GPU given", "H100")),
         (("--gpu", "H100"), ("no model given", "--model-config")),
@@ -139,7 +139,10 @@ def test_an_unsupported_config_is_refused(tmp_path: Path):
             }
         )
     )
-    assert_usage_error(run_cli("capacity", "--gpu", "H100", "--model-config", str(path), *SMALL), "kv_lora_rank")
+    # an MLA config (kv_lora_rank) without its head widths: the missing field is named
+    assert_usage_error(run_cli("capacity", "--gpu", "H100", "--model-config", str(path), *SMALL), "qk_nope_head_dim")
+    path.write_text(json.dumps({**json.loads(path.read_text()), "kv_lora_rank": None, "mamba_d_state": 16}))
+    assert_usage_error(run_cli("capacity", "--gpu", "H100", "--model-config", str(path), *SMALL), "mamba_d_state")
     path.write_text("{broken")
     assert_usage_error(run_cli("capacity", "--gpu", "H100", "--model-config", str(path), *SMALL), "not valid JSON")
 
@@ -185,3 +188,15 @@ def test_simulate_measures_the_same_case_beside_the_estimate():
     # 64 short sequences fit easily: no KV or batch-slot cap. A starved CPU can delay the simulator's steps so that a
     # few arrivals wait a step (read as the step budget), so that one is tolerated; seen on this 2-core box under load
     assert sim["preemptions"] == 0 and sim["limited_by"] in (None, "max_num_batched_tokens"), sim["limited_detail"]
+
+
+def test_deepseek_v3_on_mi300x_prices_its_mla_latent_and_fp8_weights():
+    result = run_cli("capacity", "--gpu", "MI300X", "--model", "deepseek-v3", "--tp", "8", *SMALL, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    # config.json: (kv_lora_rank 512 + qk_rope_head_dim 64) · 61 layers · 2 bytes
+    assert report["model"]["kv_bytes_per_token"] == (512 + 64) * 61 * 2
+    assert report["model"]["weight_bytes"] == report["model"]["total_params"]  # the FP8 checkpoint: 1 byte a weight
+    assert report["hardware"]["memory_bytes"] == 205822885888  # rocm-smi's VRAM total of an MI300X
+    text = run_cli("capacity", "--gpu", "MI300X", "--model", "deepseek-v3", "--tp", "8", *SMALL)
+    assert text.returncode == 0 and "Infinity Fabric" in text.stdout and "70,272 bytes" in text.stdout

@@ -183,7 +183,7 @@ def expected_link(out: NcclTestsOutput, transports: set[str] | None = None) -> t
     link = next((spec for spec in load_links().link if nvlink and spec.raw_bytes_per_second == nvlink), None)
     found = describe_link(link.name) if link else None
     if found is None:
-        return None, None, f"the {entry} has no NVLink class in probes/links.toml"
+        return None, None, f"the {name} ({entry} in probes/tables/gpus.toml) has no NVLink class in probes/links.toml"
     return found.name, found.expected_bus_bandwidth_bytes_per_second, f"one host of {name}: {found.title}"
 
 

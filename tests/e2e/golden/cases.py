@@ -82,7 +82,7 @@ def _analyze_inputs(fixtures: Path) -> list[tuple[str, list[Path]]]:
         and p.suffix in (".prom", ".log", ".json")
         and p.name != "meta.json"
         and p.parent.name != "nvml"
-        and p.relative_to(fixtures).parts[0] != "field"
+        and p.relative_to(fixtures).parts[0] not in ("field", "hf-config")  # hf-config: model shapes, not outputs
     )
     inputs = [(str(p.relative_to(fixtures).with_suffix("")), [p]) for p in single]
     folders = sorted({p.parent for p in single if p.suffix == ".prom"})

@@ -44,7 +44,7 @@ def test_the_report_is_the_engines_plan():
         (None, "llama-3-8b", False, "no GPU given", "known GPUs: H100, H200, A100, L4"),
         ("H100", None, False, "no model given", "model_config PATH/config.json"),
         ("H100", "llama-3-8b", True, "both model and model_config given", "pass one of them"),
-        ("B200", "llama-3-8b", False, "unknown GPU 'B200'", "known GPUs"),
+        ("B900", "llama-3-8b", False, "unknown GPU 'B900'", "known GPUs"),
         ("H100", "gpt-5", False, "unknown model 'gpt-5'", "known models: llama-3-8b"),
     ],
 )
@@ -71,7 +71,7 @@ def test_settings_are_checked_after_the_names():
     with pytest.raises(UsageError, match="^users must be at least 1"):
         capacity_question("H100", "llama-3-8b", users=0, prompt_tokens=1, output_tokens=1)
     with pytest.raises(UsageError, match="unknown GPU"):
-        capacity_question("B200", "llama-3-8b", users=0, prompt_tokens=1, output_tokens=1)
+        capacity_question("B900", "llama-3-8b", users=0, prompt_tokens=1, output_tokens=1)
 
 
 def test_simulate_runs_the_same_case_and_says_so_first():

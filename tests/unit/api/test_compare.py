@@ -3,13 +3,10 @@ comparison (never an absolute figure), and the accelerated simulator run it stan
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
 from llmdiag.api.capacity import capacity_question
 from llmdiag.api.compare import (
-    ASSUMED_RATIO_SOURCE,
     Case,
     CompareSettings,
     parse_compare,
@@ -42,30 +39,12 @@ def test_compare_takes_all_or_a_list_in_the_canonical_order():
         assert "compare" in info.value.message and "batching" in info.value.hint
 
 
-def test_the_peak_per_precision_is_the_catalogues_when_the_gpu_spec_has_it():
-    @dataclass(frozen=True)
-    class WithPeaks:
-        name: str = "H100"
-        part: str = "H100 SXM"
-        peak_bf16_flops_per_second: float = 989.4e12
-
-        def peak_flops_per_second(self, dtype: str) -> float | None:
-            return {"fp8": 1978.9e12, "int8": 1978.9e12}.get(dtype)
-
-    gpu = WithPeaks()
-    assert precision_peak(gpu, "fp8") == (1978.9e12, "gpus.toml: the datasheet's dense FP8")  # type: ignore[arg-type]
-    # a precision the part has no units for runs at BF16 math, and says so
-    peak, source = precision_peak(gpu, "int4")  # type: ignore[arg-type]
-    assert peak == 989.4e12 and "no INT4 units" in source
-
-
-def test_without_the_catalogues_peaks_the_ratio_is_assumed_and_says_so():
+def test_the_peak_per_precision_is_the_catalogues():
+    """H100's FP8 is its datasheet's dense 1,979 TFLOPS (gpus.toml); the A100 has no FP8 units: BF16 math, said so."""
     h100, a100 = GPUS["H100"], GPUS["A100"]
-    if hasattr(h100, "peak_flops_per_second"):
-        pytest.skip("this GpuSpec carries the catalogue's per-precision peaks")
-    assert precision_peak(h100, "fp8") == (2 * h100.peak_bf16_flops_per_second, ASSUMED_RATIO_SOURCE)
-    assert precision_peak(a100, "int8")[0] == 2 * a100.peak_bf16_flops_per_second
-    peak, source = precision_peak(a100, "fp8")  # Ampere has no FP8 units: weight-only FP8 at BF16 math
+    peak, source = precision_peak(h100, "fp8")
+    assert peak == h100.peak_flops_per_second("fp8") and 1.9e15 < peak < 2.0e15 and "dense FP8" in source
+    peak, source = precision_peak(a100, "fp8")
     assert peak == a100.peak_bf16_flops_per_second and "no FP8 units" in source
 
 

@@ -218,8 +218,8 @@ def test_query_text_in_a_fence_with_a_compute_process_and_a_narrowed_link():
     )
     assert stat(signals, "pcie_rx_bytes_per_second", "last") == 0.0  # the line after the blank one
     assert stat(signals, "gpu_memory_free_bytes", "min") == 14001 * MIB
-    assert "gpu" not in signals.sources[0].config  # an A10G is not in probes/tables/gpus.toml
-    assert "gpu_note" in signals.sources[0].config
+    # nvidia-smi's "NVIDIA A10G" is the A10G entry of probes/tables/gpus.toml: the scan can price it
+    assert signals.sources[0].config["gpu"] == "A10G" and "gpu_note" not in signals.sources[0].config
     verdict = build_verdict(signals)
     assert verdict.signals["pcie_link_speed_ratio"].stat("value") == pytest.approx(0.5)  # x8 of x16, Gen 4 of 4
     assert verdict.signals["gpu_memory_used_ratio"].stat("value") == pytest.approx(8722 / (8722 + 14001))
@@ -289,8 +289,12 @@ def test_text_that_is_not_nvidia_smi_is_refused():
         ("NVIDIA H200", "H200"),
         ("NVIDIA A100-SXM4-80GB", "A100"),
         ("NVIDIA L4", "L4"),
-        ("NVIDIA H100 PCIe", None),  # another part: its figures are not the SXM5's
-        ("NVIDIA GeForce RTX 4090", None),
+        ("NVIDIA H100 PCIe", "H100-PCIe"),  # another part: its figures are not the SXM5's
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+        ("NVIDIA GeForce RTX 4090", "RTX4090"),
+        ("NVIDIA B200", "B200"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", None),  # not in the table
+        ("NVIDIA A10", None),  # the A10 is not the A10G: its Tensor Core rate differs
     ],
 )
 def test_product_names_map_onto_the_gpu_table(printed: str, entry: str | None):
@@ -343,3 +347,10 @@ def test_nvlink_status_gives_each_whole_gpus_links_and_leaves_a_cut_one_unavaila
     assert signals.sources[0].config["gpu"] == "A100"
     util = signals.get("gpu_utilization_ratio")
     assert util is not None and util.stat("max") is None and "links only" in (util.unavailable or "")
+
+
+def test_a_gpu_the_table_lacks_is_noted_not_priced():
+    from llmdiag.collect.telemetry.nvidia_smi import gpus_config
+
+    config = gpus_config(["NVIDIA RTX PRO 6000 Blackwell Server Edition"])
+    assert "gpu" not in config and "not in probes/tables/gpus.toml" in config["gpu_note"]

@@ -164,7 +164,7 @@ def test_a_sequence_longer_than_the_cache_is_refused():
         ({"prompt_tokens": 0}, "prompt_tokens"),
         ({"output_tokens": -5}, "output_tokens"),
         ({"max_num_seqs": 0}, "max_num_seqs"),
-        ({"gpu": "B200"}, "unknown GPU"),
+        ({"gpu": "B900"}, "unknown GPU"),
         ({"model": "gpt-5"}, "unknown model"),
     ],
 )

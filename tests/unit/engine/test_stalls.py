@@ -470,8 +470,10 @@ def test_triton_engine_model_at_zero_while_its_ensemble_counts_is_a_sanity_findi
     ("name", "params"),
     [
         ("Qwen/Qwen2.5-7B-Instruct", 7.6e9),  # the model table: its shape's count
-        ("Qwen/Qwen3-30B-A3B", 3e9),  # a mixture's name states what a token reads
-        ("openai/gpt-oss-120b", None),  # a mixture's total: 120e9 would put the ceiling at a twentieth of the truth
+        ("Qwen/Qwen3-30B-A3B", 3.35e9),  # the model table: 8 of 128 experts (+ attention, embeddings)
+        ("openai/gpt-oss-120b", 5.71e9),  # the model table: 4 of 128 experts, not the 117e9 total
+        ("Qwen/Qwen3-Next-80B-A3B-Instruct", 3e9),  # not in the table: a mixture's name states what a token reads
+        ("moonshotai/Kimi-K2-Instruct", None),  # neither: a size in a name may be a mixture's total
         ("mistralai/Mixtral-8x7B-Instruct-v0.1", 12.9e9),  # the table knows its active experts
     ],
 )

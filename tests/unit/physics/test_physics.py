@@ -89,8 +89,8 @@ def test_names_resolve_case_and_punctuation_blind():
 
 def test_unknown_names_list_the_known_ones():
     with pytest.raises(UsageError) as gpu:
-        find_gpu("B200")
-    assert "H100, H200, A100, L4" in gpu.value.hint
+        find_gpu("B900")
+    assert "H100, H200, A100, L4" in gpu.value.hint and "MI300X" in gpu.value.hint
     with pytest.raises(UsageError) as model:
         find_model("gpt-5")
     assert "llama-3-8b" in model.value.hint and "model_config" in model.value.hint
@@ -170,8 +170,14 @@ def test_loader_descends_into_text_config(tmp_path: Path):
         (json.dumps({k: v for k, v in LLAMA_3_8B_CONFIG.items() if k != "hidden_size"}), "'hidden_size' is missing"),
         (json.dumps({**LLAMA_3_8B_CONFIG, "num_hidden_layers": -1}), "'num_hidden_layers' must be a positive"),
         (json.dumps({**LLAMA_3_8B_CONFIG, "num_key_value_heads": 5}), "not a multiple of 5 KV heads"),
-        (json.dumps({**LLAMA_3_8B_CONFIG, "kv_lora_rank": 512}), "'kv_lora_rank' is not supported"),
-        (json.dumps({**LLAMA_3_8B_CONFIG, "quantization_config": {"bits": 4}}), "quantized weights"),
+        (json.dumps({**LLAMA_3_8B_CONFIG, "kv_lora_rank": 512}), "field 'qk_nope_head_dim' is missing"),
+        (json.dumps({**LLAMA_3_8B_CONFIG, "quantization_config": {"bits": 4}}), "quant_method None"),
+        (json.dumps({**LLAMA_3_8B_CONFIG, "quantization_config": {"quant_method": "awq"}}), "'awq'"),
+        (json.dumps({**LLAMA_3_8B_CONFIG, "mamba_d_state": 16}), "'mamba_d_state' is not supported"),
+        (json.dumps({**LLAMA_3_8B_CONFIG, "num_experts": 8, "mlp_only_layers": [0]}), "dense layers between"),
+        (json.dumps({**LLAMA_3_8B_CONFIG, "layer_types": ["linear_attention"] * 32}), "layer_types entry"),
+        (json.dumps({**LLAMA_3_8B_CONFIG, "layer_types": ["full_attention"] * 31}), "names 31 layers"),
+        (json.dumps({**LLAMA_3_8B_CONFIG, "num_experts": 8, "n_shared_experts": -1}), "'n_shared_experts' must be"),
         (json.dumps({**LLAMA_3_8B_CONFIG, "torch_dtype": "int8"}), "dtype 'int8'"),
     ],
 )

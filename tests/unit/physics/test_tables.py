@@ -19,6 +19,8 @@ from llmdiag.physics.hardware import (
     _model_key,
     _model_spec,
     _refuse_clashing_names,
+    find_gpu,
+    interconnect_for,
     load_model_config,
 )
 from llmdiag.schema.loader import _parse
@@ -39,6 +41,8 @@ part = "X1 SXM 80GB"
 memory_mib = 81559
 hbm_bandwidth_bytes_per_second = 3.35e12
 peak_bf16_dense_flops_per_second = 989.4e12
+peak_fp16_dense_flops_per_second = 989.4e12
+peak_fp8_dense_flops_per_second = 1978.9e12
 pcie = "pcie5"
 vllm_max_num_seqs = 1024
 vllm_max_num_batched_tokens = 8192
@@ -47,6 +51,8 @@ vllm_max_num_batched_tokens = 8192
 memory_mib = "nvidia-smi"
 hbm_bandwidth_bytes_per_second = "datasheet"
 peak_bf16_dense_flops_per_second = "datasheet"
+peak_fp16_dense_flops_per_second = "datasheet"
+peak_fp8_dense_flops_per_second = "datasheet"
 pcie = "datasheet"
 vllm_max_num_seqs = "arg_utils.py"
 vllm_max_num_batched_tokens = "arg_utils.py"
@@ -67,6 +73,7 @@ def test_a_gpu_entry_with_every_figure_sourced_loads():
     [
         (('memory_mib = "nvidia-smi"\n', ""), "figures without a source: memory_mib"),
         (('pcie = "datasheet"\n', 'pcie = " "\n'), "figures without a source: pcie"),
+        (('peak_fp8_dense_flops_per_second = "datasheet"\n', ""), "without a source: peak_fp8_dense_flops"),
         (("[gpu.sources]\n", "[gpu.sources]\nmemory_gib = 'a typo'\n"), "sources name no figure of this entry"),
         (("memory_mib = 81559\n", "memory_mib = 81559\nmemory_gib = 80\n"), "Extra inputs are not permitted"),
         (("memory_mib = 81559\n", "memory_mib = 0\n"), "greater than 0"),
@@ -134,15 +141,25 @@ def test_gpu_memory_is_whole_mib_as_nvidia_smi_prints_it():
     assert all(gpu.memory_bytes % MIB == 0 for gpu in GPUS.values())
 
 
+def published_tolerance_billions(figure: float, precision_billions: float | None) -> float:
+    """0.5 %, or one unit of the last digit the publisher gives ("37B": ±1), whichever is wider."""
+    return max(0.005 * figure, precision_billions or 0.0)
+
+
 @pytest.mark.parametrize("entry", load_model_table().model, ids=lambda m: m.name)
 def test_model_shapes_give_the_published_parameter_counts(entry: ModelEntry):
     published = entry.published_parameters
     assert published is not None, f"{entry.name}: give the model card's parameter count"
     model = MODELS[entry.name]
-    assert model.total_params / 1e9 == pytest.approx(published.total_billions, rel=0.005)
+    tolerance = published_tolerance_billions(published.total_billions, published.precision_billions)
+    assert model.total_params / 1e9 == pytest.approx(published.total_billions, abs=tolerance)
     if model.is_moe:
         assert published.active_billions is not None
-        assert model.active_params / 1e9 == pytest.approx(published.active_billions, rel=0.005)
+        active = model.active_params
+        if published.active_excludes_input_embedding:
+            active -= model.vocab_size * model.hidden_size
+        tolerance = published_tolerance_billions(published.active_billions, published.precision_billions)
+        assert active / 1e9 == pytest.approx(published.active_billions, abs=tolerance)
 
 
 @pytest.mark.parametrize("entry", load_model_table().model, ids=lambda m: m.name)
@@ -171,8 +188,8 @@ def test_a_model_config_field_the_reader_does_not_know_is_refused():
                 "name": "x",
                 "huggingface": "a/b",
                 "source": "https://huggingface.co/a/b/blob/main/config.json",
-                "config": {"hidden_size": 1, "num_hidden_layers": 1, "num_attention_heads": 1, "kv_lora_rank": 512}
-                | {"intermediate_size": 1, "vocab_size": 1},
+                "config": {"hidden_size": 1, "num_hidden_layers": 1, "num_attention_heads": 1}
+                | {"intermediate_size": 1, "vocab_size": 1, "rope_theta": 1e6},
             }
         )
 
@@ -180,3 +197,70 @@ def test_a_model_config_field_the_reader_does_not_know_is_refused():
 def test_gpu_entries_keep_their_aliases():
     entry = GpuEntry.model_validate(gpu_table(H100_ENTRY).gpu[0].model_dump() | {"aliases": ["x1-80gb"]})
     assert _gpu_spec(entry).aliases == ("x1-80gb",)
+
+
+def test_a_gpu_gives_its_dense_peak_per_precision_and_none_where_it_has_no_unit():
+    [entry] = gpu_table(H100_ENTRY).gpu
+    spec = _gpu_spec(entry)
+    assert spec.peak_flops_per_second("fp8") == 1978.9e12 and spec.peak_flops_per_second("bf16") == 989.4e12
+    assert spec.peak_flops_per_second("int4") is None  # not in the entry: the part has no such unit
+    assert set(spec.peak_flops_per_second_by_dtype) == {"bf16", "fp16", "fp8"}
+    with pytest.raises(ValueError, match="unknown precision 'fp64'"):
+        spec.peak_flops_per_second("fp64")
+
+
+CATALOGUE_MODELS = [
+    *("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-7b", "qwen2.5-72b", "qwen3-8b", "qwen3-32b"),
+    *("qwen3-30b-a3b", "qwen3-235b-a22b", "mistral-7b", "mixtral-8x7b", "mixtral-8x22b", "deepseek-v3"),
+    *("deepseek-r1", "gpt-oss-20b", "gpt-oss-120b"),
+]
+
+
+def test_the_catalogue_has_the_models_served_most():
+    assert set(CATALOGUE_MODELS) <= set(MODELS)
+    assert all(MODELS[name].is_moe for name in ("qwen3-30b-a3b", "deepseek-v3", "gpt-oss-20b", "mixtral-8x22b"))
+
+
+CATALOGUE_GPUS = ["H100", "H100-PCIe", "H200", "B200", "GB200", "A100", "A100-40GB", "L40S", "L4", "A10G", "RTX4090"]
+
+
+def test_the_catalogue_has_the_parts_serving_runs_on():
+    assert set(CATALOGUE_GPUS + ["MI300X", "MI325X"]) <= set(GPUS)
+
+
+@pytest.mark.parametrize("entry", load_gpu_table().gpu, ids=lambda g: g.name)
+def test_every_gpu_memory_figure_says_whether_the_device_reported_it(entry: GpuEntry):
+    source = entry.sources["memory_mib"]
+    assert "nvidia-smi" in source or "rocm-smi" in source or source.startswith("datasheet figure")
+
+
+@pytest.mark.parametrize("entry", load_gpu_table().gpu, ids=lambda g: g.name)
+def test_every_peak_is_a_dense_rate_ordered_as_the_units_are(entry: GpuEntry):
+    peaks = _gpu_spec(entry).peak_flops_per_second_by_dtype
+    # a narrower format never runs slower on the same Tensor/Matrix Cores
+    for wide, narrow in [("bf16", "fp8"), ("fp8", "fp4"), ("int8", "int4"), ("bf16", "int8")]:
+        if wide in peaks and narrow in peaks:
+            assert peaks[narrow] >= peaks[wide], (entry.name, wide, narrow)
+    # no "with sparsity" figure slipped in: each source tells the dense figure from the sparse (or the
+    # accumulate mode taken), or says there is no datasheet
+    for dtype, field in [("fp8", "peak_fp8_dense_flops_per_second"), ("bf16", "peak_bf16_dense_flops_per_second")]:
+        if dtype in peaks:
+            assert any(word in entry.sources[field] for word in ("sparsity", "accumulate", "no NVIDIA datasheet"))
+
+
+def test_the_new_parts_read_as_their_datasheets_say():
+    # by hand from the datasheets: NVIDIA's "with sparsity" figure halved; AMD's dense figure as printed
+    assert GPUS["H100-PCIe"].peak_flops_per_second("bf16") == 1513e12 / 2
+    assert GPUS["B200"].peak_flops_per_second("fp4") == 144e15 / 8 / 2  # HGX B200: 8 GPUs
+    assert GPUS["GB200"].peak_flops_per_second("fp8") == 20e15 / 2 / 2  # per superchip: 2 GPUs
+    assert GPUS["MI300X"].memory_bytes == 205822885888  # rocm-smi's VRAM Total Memory, bytes
+    assert GPUS["MI300X"].nvlink_bandwidth_bytes_per_second == 7 * 128e9 / 2
+    assert GPUS["A100-40GB"].peak_flops_per_second("fp8") is None  # Ampere has no FP8 unit
+    assert GPUS["H100-PCIe"].nvlink_bandwidth_bytes_per_second is None  # a two-card bridge only
+
+
+def test_aliases_keep_their_old_meaning():
+    assert find_gpu("H100").part == "H100 SXM5 80GB HBM3"
+    assert find_gpu("A100").part == "A100 SXM4 80GB HBM2e"
+    assert find_gpu("H100 PCIe").name == "H100-PCIe" and find_gpu("a100-40gb").name == "A100-40GB"
+    assert interconnect_for(GPUS["MI300X"]).description == "Infinity Fabric (MI300X)"
