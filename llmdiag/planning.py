@@ -307,6 +307,8 @@ class WhatIfCheck:
     prediction: Any  # llmdiag.model.WhatIf
     measured_class: str
     measured: Any  # llmdiag.model.Figures: the rerun's window, every replica together
+    # the rerun's TTFT mean (the histogram's sum over its count: exact, where its p50 is read inside coarse buckets)
+    measured_ttft_mean_seconds: float | None = None
 
 
 def validate_whatif(preset_name: str, seconds: float = 40.0) -> list[WhatIfCheck]:
@@ -336,7 +338,9 @@ def validate_whatif(preset_name: str, seconds: float = 40.0) -> list[WhatIfCheck
             measured = measured_figures(after.whatif_inputs)
             if replicas > 1:
                 measured = _scaled(measured, replicas, preset.load.users)
-            checks.append(WhatIfCheck(preset.name, effect.changes, prediction, after.bottleneck.value, measured))
+            ttft = after.signals.get("ttft_seconds")
+            mean = ttft.stat("mean") if ttft is not None else None
+            checks.append(WhatIfCheck(preset.name, effect.changes, prediction, after.bottleneck.value, measured, mean))
     return checks
 
 

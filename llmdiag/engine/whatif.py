@@ -8,7 +8,8 @@ model, per replica (N users split evenly over k replicas):
     running  R = min(N, max_num_seqs, kv_fit, max_num_batched_tokens)
     waiting    = N − R
     step(R)    = a + s · R                          the decode step, least squares on the window's (batch, step)
-    t_serve    = prefill + O · step(R)               a request's time in the batch (prefill: the measured mean)
+    t_serve    = O · step(R)                        a request's time in the batch: one token per step, the first
+                                                 from its prefill's step (the measured step carries the prefills)
     X          = R / t_serve                        requests per second (= the arrival rate of a closed loop)
     wait       = (N − R) / X                        Little's law on the queue
     TTFT p50   = wait + prefill;  p90 = p50 · (measured p90 / p50)
@@ -89,7 +90,9 @@ def operate(p: Params) -> Point:
     binding = min(caps, key=lambda k: (caps[k], k != "users"))
     running = caps[binding]
     step = max(p.step_intercept_seconds + p.step_slope_seconds_per_request * running, 1e-6)
-    serve = p.prefill_seconds + p.output_tokens * step
+    # each step makes one token for every running request, the prefill's step its first: the step measured from
+    # the output rate already carries the prefills' share, so the prefill is not counted again
+    serve = p.output_tokens * step
     rate = running / serve
     return Point(running, users - running, binding, kv_fit, step, rate, (users - running) / rate)
 
