@@ -319,15 +319,22 @@ def validate_whatif(preset_name: str, seconds: float = 40.0) -> list[WhatIfCheck
 
     preset = get_preset(preset_name)
     verdict = simulated_window(preset.engine, preset.load, seconds, ramp=True)
-    inputs = verdict.whatif_inputs
+    dep = preset.deployment
+    # as a scan told the GPU and the model: the physics prices a new memory share or TP size
+    inputs = verdict.whatif_inputs.model_copy(
+        update={"gpu": dep.gpu.name, "model": dep.model.name, "tensor_parallel_size": dep.tp}
+    )
     seen: list[dict[str, Any]] = []
     checks = []
     for finding in verdict.findings:
         for effect in finding.predicted:
-            if not effect.modelled or effect.changes in seen:
+            resolved = effect.changes and not any(isinstance(v, str) and v[:1] in "xu" for v in effect.changes.values())
+            if not resolved or effect.changes in seen:
                 continue
             seen.append(effect.changes)
             prediction = predict(inputs, effect.changes, verdict.bottleneck.value)
+            if not prediction.modelled:
+                continue
             replicas = int(effect.changes.get("replicas", 1))
             load = preset.load
             if replicas > 1:

@@ -29,7 +29,11 @@ def predict(verdict: Verdict, changes: Mapping[str, ChangeValue | str], source: 
             WHATIF_HINT,
         )
     typed = parse_changes({k: str(v) for k, v in changes.items()})
-    result = predict_window(verdict.whatif_inputs, typed, verdict.bottleneck.value)
+    inputs = verdict.whatif_inputs
+    if verdict.roofline is not None:  # the deployment the scan was told or saw: the physics prices memory and TP
+        roof = verdict.roofline
+        inputs = inputs.model_copy(update={"gpu": roof.gpu, "model": roof.model, "tensor_parallel_size": roof.tp})
+    result = predict_window(inputs, typed, verdict.bottleneck.value)
     result.source = source
     return result
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass, replace
 
 from llmdiag.errors import UsageError, option
 from llmdiag.model.whatif import CHANGE_NAMES, ChangeValue, Figures, FixEffect, WhatIf, WhatIfInputs
+from llmdiag.physics.hardware import find_gpu, find_model
+from llmdiag.physics.step import DEFAULT_GPU_MEMORY_UTILIZATION, Deployment, decode_load, kv_capacity, step_time
 
 MIN_SCRAPES = 4  # a step fit needs STEP_FIT_MIN_INTERVALS intervals; fewer readings carry no rate worth modelling
 MIN_BAND_RATIO = 0.10
@@ -294,16 +296,8 @@ def _apply(
         p = replace(p, kv_tokens=float(changes["num_gpu_blocks"]) * inputs.kv_block_size_tokens)
     if "kv_cache_dtype" in changes:
         p = _kv_dtype(inputs, p, str(changes["kv_cache_dtype"]), basis)
-    if "gpu_memory_utilization" in changes:
-        raise Refused(
-            "gpu_memory_utilization needs the GPU's memory and the weights' size: the window placed no known GPU"
-            " serving a known model (num_gpu_blocks sets the pool directly)"
-        )
-    if "tensor_parallel_size" in changes:
-        raise Refused(
-            "tensor_parallel_size needs the step's physics at the new size: the window placed no known GPU serving"
-            " a known model"
-        )
+    if "gpu_memory_utilization" in changes or "tensor_parallel_size" in changes:
+        p = _physics_change(inputs, p, changes, basis)
     if "max_model_len" in changes:
         longest = (inputs.prompt_tokens_mean or 0) + 1.5 * (inputs.output_tokens_mean or 0)
         if float(changes["max_model_len"]) < longest:
@@ -318,6 +312,57 @@ def _apply(
         p = replace(p, replicas=int(changes["replicas"]))
         basis.append(f"the {p.users:.0f} users split evenly over {p.replicas} replicas, each like the one measured")
     return p, False
+
+
+def _deployment(inputs: WhatIfInputs, why: str) -> Deployment:
+    """The deployment the window was placed on (one known GPU serving a known model), or Refused."""
+    if inputs.gpu is None or inputs.model is None:
+        raise Refused(f"{why}: the window placed no known GPU serving a known model")
+    try:
+        gpu, model = find_gpu(inputs.gpu), find_model(inputs.model)
+    except UsageError as exc:
+        raise Refused(f"{why}: {exc}") from None
+    fp8 = (inputs.kv_cache_dtype or "auto").lower().startswith("fp8")
+    return Deployment(
+        gpu,
+        model,
+        tp=int(inputs.tensor_parallel_size or 1),
+        gpu_memory_utilization=inputs.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
+        kv_dtype_bytes=1 if fp8 else None,
+    )
+
+
+def _physics_change(inputs: WhatIfInputs, p: Params, changes: dict[str, ChangeValue], basis: list[str]) -> Params:
+    """A new memory share or TP size priced by the physics (llmdiag.physics.step): the KV pool scales as the memory
+    left for it, the step as the roofline step at the batch seen."""
+    names = [n for n in ("gpu_memory_utilization", "tensor_parallel_size") if n in changes]
+    old = _deployment(inputs, f"{' and '.join(names)} needs the GPU's memory and the weights' size")
+    new = old
+    if "gpu_memory_utilization" in changes:
+        new = replace(new, gpu_memory_utilization=float(changes["gpu_memory_utilization"]))
+    if "tensor_parallel_size" in changes:
+        new = replace(new, tp=int(changes["tensor_parallel_size"]))
+    before, after = kv_capacity(old), kv_capacity(new)
+    if after.tokens <= 0:
+        raise Refused(f"{new.model.name} leaves no memory for KV on {new.tp} × {new.gpu.name} at that setting")
+    scale = after.tokens / before.tokens if before.tokens > 0 else math.nan
+    kv = p.kv_tokens * scale if p.kv_tokens is not None and math.isfinite(scale) else float(after.tokens)
+    basis.append(
+        f"KV pool from the physics: {before.tokens:,} → {after.tokens:,} tokens per replica on {new.gpu.name}"
+        f" ({old.gpu_memory_utilization:g} → {new.gpu_memory_utilization:g} of memory, TP {old.tp} → {new.tp})"
+    )
+    p = replace(p, kv_tokens=kv)
+    if new.tp != old.tp:
+        batch = inputs.requests_running_mean or 1.0
+        load = decode_load(batch, p.prompt_tokens + p.output_tokens / 2)
+        ratio = step_time(new, load).step_seconds / step_time(old, load).step_seconds
+        basis.append(f"the step scaled by the roofline's step at TP {new.tp} over TP {old.tp}: × {ratio:.2f}")
+        p = replace(
+            p,
+            step_intercept_seconds=p.step_intercept_seconds * ratio,
+            step_slope_seconds_per_request=p.step_slope_seconds_per_request * ratio,
+        )
+    return p
 
 
 def _kv_dtype(inputs: WhatIfInputs, p: Params, dtype: str, basis: list[str]) -> Params:

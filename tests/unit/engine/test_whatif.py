@@ -179,3 +179,16 @@ def test_a_real_verdict_prices_each_fix_or_says_why_not():
     for finding in verdict.findings:
         assert finding.predicted, finding.code  # every fix: quantified or not modelled, with the reason
         assert all(e.modelled or e.not_modelled_reason for e in finding.predicted)
+
+
+def test_memory_share_and_tp_are_priced_by_the_physics_only_with_a_known_deployment():
+    unplaced = predict(_loop(), {"gpu_memory_utilization": 0.95}, "scheduling")
+    assert not unplaced.modelled and "no known GPU" in unplaced.not_modelled_reason
+    # Llama 3 8B on one H100 at vLLM's 0.92: a second GPU halves the weights each holds and splits the step
+    placed = _loop(gpu="H100", model="llama-3-8b", tensor_parallel_size=1, gpu_memory_utilization=0.92)
+    got = predict(placed, {"tensor_parallel_size": 2, "max_num_seqs": 4}, "scheduling")
+    assert got.modelled, got.not_modelled_reason
+    assert any("KV pool from the physics" in line and "TP 1 → 2" in line for line in got.basis)
+    assert got.after.per_user_tokens_per_second > got.before.per_user_tokens_per_second
+    more = predict(placed.model_copy(update={"gpu_memory_utilization": 0.5}), {"gpu_memory_utilization": 0.9})
+    assert any("0.5 → 0.9 of memory" in line for line in more.basis)
