@@ -314,7 +314,7 @@ class WhatIfCheck:
 def validate_whatif(preset_name: str, seconds: float = 40.0) -> list[WhatIfCheck]:
     """Scan the preset (a ramped closed loop), take each fix its verdict quantifies, rerun the simulator with it
     applied under the same users, and pair the prediction with the rerun's measured figures."""
-    from llmdiag.engine.whatif import measured_figures, predict
+    from llmdiag.engine.whatif import Refused, measured_figures, predict, resolve_fix
     from llmdiag.sim.presets import LoadSpec, get_preset
 
     preset = get_preset(preset_name)
@@ -328,26 +328,29 @@ def validate_whatif(preset_name: str, seconds: float = 40.0) -> list[WhatIfCheck
     checks = []
     for finding in verdict.findings:
         for effect in finding.predicted:
-            resolved = effect.changes and not any(isinstance(v, str) and v[:1] in "xu" for v in effect.changes.values())
-            if not resolved or effect.changes in seen:
+            try:  # a rule's "x2" resolved again, now that the deployment is known
+                changes = resolve_fix(inputs, effect.changes)
+            except Refused:
                 continue
-            seen.append(effect.changes)
-            prediction = predict(inputs, effect.changes, verdict.bottleneck.value)
+            if not changes or changes in seen:
+                continue
+            seen.append(changes)
+            prediction = predict(inputs, changes, verdict.bottleneck.value)
             if not prediction.modelled:
                 continue
-            replicas = int(effect.changes.get("replicas", 1))
+            replicas = int(changes.get("replicas", 1))
             load = preset.load
             if replicas > 1:
                 load = LoadSpec(
                     max(1, load.users // replicas), load.prompt_tokens, load.output_tokens, load.output_spread
                 )
-            after = simulated_window(config_with(preset.engine, effect.changes), load, seconds, ramp=False)
+            after = simulated_window(config_with(preset.engine, changes), load, seconds, ramp=False)
             measured = measured_figures(after.whatif_inputs)
             if replicas > 1:
                 measured = _scaled(measured, replicas, preset.load.users)
             ttft = after.signals.get("ttft_seconds")
             mean = ttft.stat("mean") if ttft is not None else None
-            checks.append(WhatIfCheck(preset.name, effect.changes, prediction, after.bottleneck.value, measured, mean))
+            checks.append(WhatIfCheck(preset.name, changes, prediction, after.bottleneck.value, measured, mean))
     return checks
 
 

@@ -529,6 +529,8 @@ def _current(inputs: WhatIfInputs, name: str) -> float | None:
         return inputs.step_tokens_max
     if name == "gpu_memory_utilization":
         return inputs.gpu_memory_utilization
+    if name == "tensor_parallel_size":
+        return inputs.tensor_parallel_size
     return None
 
 
