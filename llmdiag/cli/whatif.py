@@ -17,11 +17,12 @@ app = typer.Typer(add_completion=False)
 
 @app.command()
 def whatif(
-    result: Annotated[Path, typer.Argument(help="A verdict saved by scan --json or analyze --json.")],
+    result: Annotated[Path, typer.Argument(help="A verdict saved by scan/analyze --json, or a load -o sweep.")],
     set_: Annotated[
         list[str] | None,
         typer.Option(
             "--set",
+            metavar="NAME=VALUE",
             help="NAME=VALUE, repeatable: max_num_seqs, max_num_batched_tokens, gpu_memory_utilization, "
             "kv_cache_dtype, num_gpu_blocks, max_model_len, tensor_parallel_size, enable_prefix_caching, "
             "enforce_eager, replicas.",
