@@ -12,7 +12,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 # where to look for a name, the modules most callers need first
-MODULES = ("report", "signals", "verdict", "check", "trace", "load", "fleet", "capacity", "nccl", "workload", "abtest")
+MODULES = (
+    "report",
+    "signals",
+    "verdict",
+    "whatif",
+    "check",
+    "trace",
+    "load",
+    "fleet",
+    "capacity",
+    "nccl",
+    "workload",
+    "abtest",
+)
 
 if TYPE_CHECKING:
     from llmdiag.model.abtest import Comparison, LevelComparison, MetricDiff, Prediction
@@ -68,6 +81,7 @@ if TYPE_CHECKING:
         state_of,
         worst,
     )
+    from llmdiag.model.whatif import CHANGE_NAMES, Figures, FixEffect, WhatIf, WhatIfInputs
     from llmdiag.model.workload import RequestSample, Workload
 
 __all__ = [
@@ -78,6 +92,11 @@ __all__ = [
     "LevelComparison",
     "Comparison",
     "BOTTLENECK_CATEGORIES",
+    "CHANGE_NAMES",
+    "Figures",
+    "FixEffect",
+    "WhatIf",
+    "WhatIfInputs",
     "BenchLink",
     "Bottleneck",
     "CapacityInputs",
