@@ -15,7 +15,7 @@ from llmdiag.engine.evaluate import build_verdict
 from llmdiag.engine.load import find_knee, summarise
 from llmdiag.errors import UsageError, option
 from llmdiag.model import LoadReport
-from llmdiag.model.abtest import Prediction
+from llmdiag.model.whatif import WhatIf
 from llmdiag.model.workload import Workload
 
 
@@ -24,7 +24,7 @@ class AB:
     whatif's prediction to print beside the measurement; the names are the files they came from."""
 
     def __init__(
-        self, baseline: LoadReport, baseline_name: str, prediction: Prediction | None = None, prediction_name: str = ""
+        self, baseline: LoadReport, baseline_name: str, prediction: WhatIf | None = None, prediction_name: str = ""
     ) -> None:
         self.baseline, self.baseline_name = baseline, baseline_name
         self.prediction, self.prediction_name = prediction, prediction_name

@@ -26,8 +26,9 @@ from operator import is_not, itemgetter
 from typing import Any, Literal, cast
 
 from llmdiag.errors import WorkloadMismatchError, option
-from llmdiag.model.abtest import Comparison, LevelComparison, MetricDiff, Prediction
+from llmdiag.model.abtest import Comparison, LevelComparison, MetricDiff
 from llmdiag.model.load import LoadPoint, LoadReport, quantile
+from llmdiag.model.whatif import WhatIf
 from llmdiag.model.workload import RequestSample, Workload
 
 RESAMPLES = 1000
@@ -298,8 +299,8 @@ def _diff(metric: Metric, before: float | None, after: float | None, shifts: lis
     return diff
 
 
-def _attach_prediction(metrics: list[MetricDiff], prediction: Prediction) -> None:
-    figures = prediction.after or {}
+def _attach_prediction(metrics: list[MetricDiff], prediction: WhatIf) -> None:
+    figures = prediction.after.model_dump()
     band = prediction.band_ratio
     predicted_by = {m.name: m.predicted_by for m in METRICS} | {row[0]: row[5] for row in SERVER_FIGURES}
     for diff in metrics:
@@ -316,7 +317,7 @@ def compare(
     baseline: LoadReport,
     run: LoadReport,
     baseline_name: str,
-    prediction: Prediction | None = None,
+    prediction: WhatIf | None = None,
     prediction_name: str = "",
 ) -> Comparison:
     """The A/B of ``run`` against ``baseline`` (refused unless comparable), level by level."""
@@ -335,7 +336,7 @@ def compare(
     )
     if prediction is not None:
         result.prediction_source = prediction_name
-        result.prediction_changes = prediction.changes
+        result.prediction_changes = dict(prediction.changes)
         result.next_limit_predicted = prediction.next_limit
         if not prediction.modelled:
             result.prediction_not_modelled = prediction.not_modelled_reason or "whatif made no prediction"

@@ -28,7 +28,7 @@ MODULES = (
 )
 
 if TYPE_CHECKING:
-    from llmdiag.model.abtest import Comparison, LevelComparison, MetricDiff, Prediction
+    from llmdiag.model.abtest import Comparison, LevelComparison, MetricDiff
     from llmdiag.model.capacity import (
         CapacityInputs,
         CapacityReport,
@@ -87,7 +87,6 @@ if TYPE_CHECKING:
 __all__ = [
     "Workload",
     "RequestSample",
-    "Prediction",
     "MetricDiff",
     "LevelComparison",
     "Comparison",

@@ -1,8 +1,8 @@
 """A matched A/B: the same recorded workload before and after a change, every metric's difference with a
 confidence interval, and (when one was made) `llmdiag whatif`'s prediction beside the measurement.
 
-``Prediction`` reads the part of the whatif contract the comparison shows (``after``, ``class_after``,
-``next_limit``, ``band_ratio``, ``modelled``); other keys of a whatif file are ignored.
+The prediction is whatif's own ``WhatIf`` (``llmdiag whatif --json``), read back; the comparison shows its
+``after`` figures with their band, ``class_after`` and ``next_limit``.
 """
 
 from __future__ import annotations
@@ -10,29 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from llmdiag.errors import InputFileError
 from llmdiag.model.report import Report
+from llmdiag.model.whatif import WhatIf
 from llmdiag.model.workload import read_json_object
 
 PREDICTION_HINT = "give the JSON that `llmdiag whatif` prints for the change"
 MAX_PREDICTION_BYTES = 16 * 2**20
-
-
-class Prediction(BaseModel):
-    """`llmdiag whatif --json`, as far as the A/B reads it."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    source: str = ""
-    changes: dict[str, object] = Field(default_factory=dict)
-    modelled: bool = True
-    not_modelled_reason: str = ""
-    class_after: str | None = None
-    next_limit: str | None = None
-    after: dict[str, float | None] | None = None
-    band_ratio: float | None = None
 
 
 class MetricDiff(BaseModel):
@@ -83,7 +69,7 @@ class Comparison(Report):
     notes: list[str] = Field(default_factory=list)
 
 
-def read_prediction(path: Path) -> Prediction:
+def read_prediction(path: Path) -> WhatIf:
     """A saved `whatif --json`, or one InputFileError line."""
     data = read_json_object(Path(path), MAX_PREDICTION_BYTES, PREDICTION_HINT, check_version=False)
     if "class_after" not in data or "after" not in data:
@@ -91,7 +77,7 @@ def read_prediction(path: Path) -> Prediction:
             f"{path} holds JSON, but not a whatif prediction (no 'class_after' and 'after')", PREDICTION_HINT
         )
     try:
-        return Prediction.model_validate(data)
+        return WhatIf.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "(top)"

@@ -814,7 +814,7 @@ def test_load_workload_and_prediction_files_that_are_not_ones(tmp_path):
 def test_load_prediction_for_a_sweep_is_refused(tmp_path):
     workload, before = ab_files(tmp_path, workload={"levels": [1.0, 2.0]}, levels=[1.0, 2.0])
     prediction = tmp_path / "whatif.json"
-    prediction.write_text('{"class_after": "healthy", "after": {"ttft_p50_seconds": 0.1}}')
+    prediction.write_text('{"modelled": true, "class_after": "healthy", "after": {"ttft_p50_seconds": 0.1}}')
     with ScriptedServer(served_tiny) as server:
         result = replay(server.url, workload, "--baseline", str(before), "--prediction", str(prediction))
     error, hint = assert_clean_error(result)

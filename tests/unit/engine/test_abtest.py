@@ -16,7 +16,7 @@ from llmdiag.engine.abtest import RESAMPLES, Run, Slo, check_comparable, compare
 from llmdiag.engine.load import summarise
 from llmdiag.errors import WorkloadMismatchError
 from llmdiag.model import LoadPoint, LoadReport
-from llmdiag.model.abtest import Prediction
+from llmdiag.model.whatif import Figures, WhatIf
 from llmdiag.model.workload import Workload
 
 USERS = 16
@@ -166,10 +166,11 @@ def test_a_plain_load_run_is_no_baseline():
 
 def test_the_prediction_sits_beside_the_measurement_with_its_band():
     before, after = report(run(1, 0.2), workload()), report(run(2, 0.2), workload())
-    prediction = Prediction(
+    prediction = WhatIf(
+        modelled=True,
         class_after="healthy",
         next_limit="the batch cap again",
-        after={"ttft_p50_seconds": 0.15, "total_tokens_per_second": 900.0, "kv_peak_ratio": 0.3},
+        after=Figures(ttft_p50_seconds=0.15, total_tokens_per_second=900.0, kv_peak_ratio=0.3),
         band_ratio=0.25,
     )
     result = compare(before, after, "B.json", prediction, "W.json")
@@ -179,7 +180,7 @@ def test_the_prediction_sits_beside_the_measurement_with_its_band():
     assert metric(level.metrics, "output_tokens_per_second").predicted == 900.0
     assert metric(level.metrics, "ttft_p99_seconds").predicted is None  # whatif gives no p99
     assert level.class_predicted == "healthy" and result.next_limit_predicted == "the batch cap again"
-    unmodelled = compare(before, after, "B.json", Prediction(modelled=False, not_modelled_reason="one scrape"), "W")
+    unmodelled = compare(before, after, "B.json", WhatIf(modelled=False, not_modelled_reason="one scrape"), "W")
     assert unmodelled.prediction_not_modelled == "one scrape"
     assert all(m.predicted is None for m in unmodelled.levels[0].metrics)
 
