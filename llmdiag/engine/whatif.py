@@ -438,6 +438,20 @@ def _band(before: Figures, measured: Figures, r2: float | None) -> float:
     return round(min(band, MAX_BAND_RATIO), 2)
 
 
+def fit_band_ratio(samples: list[tuple[float, float]], intercept: float, slope: float, batch: float) -> float:
+    """The step fit's own 95 % prediction band at ``batch``, relative to the step there: 2·σ·√(1/n + (b − b̄)²/Sxx)
+    over step(b), σ the residuals' spread. It widens as the change takes the batch beyond the batches the fit saw;
+    a line through two points, or through one batch, tells nothing of its error (the widest band)."""
+    n = len(samples)
+    mean_batch = sum(b for b, _ in samples) / n if n else 0.0
+    sxx = sum((b - mean_batch) ** 2 for b, _ in samples)
+    step = intercept + slope * batch
+    if n < 3 or sxx <= 0 or step <= 0:
+        return MAX_BAND_RATIO
+    sigma = math.sqrt(sum((y - intercept - slope * b) ** 2 for b, y in samples) / (n - 2))
+    return 2 * sigma * math.sqrt(1 / n + (batch - mean_batch) ** 2 / sxx) / step
+
+
 def _class_after(class_before: str, point: Point, after: Figures, before: Figures) -> str:
     if (after.requests_waiting or 0.0) >= WAITING_MATTERS:
         return "memory" if point.binding == "kv" else "scheduling"
@@ -508,6 +522,18 @@ def predict(inputs: WhatIfInputs, changes: dict[str, ChangeValue], class_before:
     out.basis = basis
     out.before, out.after = before, after
     out.band_ratio = _band(before, measured, inputs.step_fit_r2)
+    slope = after_params.step_slope_seconds_per_request
+    if slope > 0 and abs(after_point.running - before_point.running) > 0.5:  # the change prices a step it never saw
+        priced = fit_band_ratio(inputs.step_samples, after_params.step_intercept_seconds, slope, after_point.running)
+        seen = (
+            min((b for b, _ in inputs.step_samples), default=0.0),
+            max((b for b, _ in inputs.step_samples), default=0.0),
+        )
+        out.band_ratio = round(min(max(out.band_ratio, priced), MAX_BAND_RATIO), 2)
+        basis.append(
+            f"the band includes the step fit's own 95 % band at {after_point.running:.0f} sequences"
+            f" (±{min(priced, MAX_BAND_RATIO):.0%}; the fit saw batches {seen[0]:.1f}-{seen[1]:.1f})"
+        )
     out.class_after = _class_after(class_before, after_point, after, before)
     out.next_limit = _next_limit(after_params, after_point)
     return out

@@ -192,3 +192,14 @@ def test_memory_share_and_tp_are_priced_by_the_physics_only_with_a_known_deploym
     assert got.after.per_user_tokens_per_second > got.before.per_user_tokens_per_second
     more = predict(placed.model_copy(update={"gpu_memory_utilization": 0.5}), {"gpu_memory_utilization": 0.9})
     assert any("0.5 → 0.9 of memory" in line for line in more.basis)
+
+
+def test_the_step_fits_band_widens_beyond_the_batches_it_saw_and_a_two_point_line_claims_nothing():
+    from llmdiag.engine.whatif import MAX_BAND_RATIO, fit_band_ratio
+
+    # step = 5 ms + 1 ms · b, each reading 0.2 ms off the line in turn (by hand: σ ≈ 0.24 ms over 6 readings)
+    samples = [(b, 0.005 + 0.001 * b + (0.0002 if i % 2 else -0.0002)) for i, b in enumerate((1, 2, 3, 4, 2, 3))]
+    inside, beyond = fit_band_ratio(samples, 0.005, 0.001, 3.0), fit_band_ratio(samples, 0.005, 0.001, 32.0)
+    assert inside < 0.1 < beyond < MAX_BAND_RATIO  # the same fit, priced 8x past the largest batch it saw
+    assert fit_band_ratio(samples[:2], 0.005, 0.001, 3.0) == MAX_BAND_RATIO  # any line fits two points exactly
+    assert fit_band_ratio([(2, 0.007)] * 4, 0.005, 0.001, 8.0) == MAX_BAND_RATIO  # one batch: no slope seen at all
