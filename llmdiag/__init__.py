@@ -33,12 +33,14 @@ __all__ = [
     "diagnose_prometheus_fleet_timeline",
     "fleet_from_prometheus",
     "fleet_from_signal_sets",
+    "predict_whatif",
     "run_capacity",
     "run_check",
     "run_demo",
     "run_load",
     "run_nccl_bench",
     "run_prometheus_check",
+    "whatif_file",
 ]
 
 # the names that come from llmdiag.model; the others from llmdiag.api
@@ -57,12 +59,14 @@ if TYPE_CHECKING:
         diagnose_prometheus_fleet_timeline,
         fleet_from_prometheus,
         fleet_from_signal_sets,
+        predict_whatif,
         run_capacity,
         run_check,
         run_demo,
         run_load,
         run_nccl_bench,
         run_prometheus_check,
+        whatif_file,
     )
     from llmdiag.model import Finding, SignalSet, Verdict
 

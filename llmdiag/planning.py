@@ -196,3 +196,154 @@ def _cap_seen(window: MeasuredWindow, inputs: CapacityInputs) -> tuple[Resource 
             f"{waiting:,.0f} users wait on average with KV and batch slots left: the step budget",
         )
     return None, f"no cap reached: every user is served (KV use up to {kv_max:.0%})"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# `llmdiag whatif` against the simulator: scan a preset, predict each fix, rerun with it, compare (accelerated time)
+
+WHATIF_SCRAPE_SECONDS = 1.0  # simulated seconds between two pages, as a scan reads them
+WHATIF_RAMP_SHARE = 0.5  # the scanned run adds its users over this share of the window: the batch varies, so the
+# step's slope against it is measured (a scan under `llmdiag load` levels does the same)
+WHATIF_WARMUP_SHARE = 0.4  # the rerun's pages before this share are left out: its arrival burst, not its state
+WHATIF_SEED = 7
+WHATIF_UNIX_ORIGIN = 1_767_225_600.0  # pages stamped from 2026-01-01 00:00 UTC: fixed, so a run is repeatable
+
+
+def simulated_window(config: Any, load: Any, seconds: float, ramp: bool, seed: int = WHATIF_SEED) -> Any:
+    """A closed loop of ``load`` on the simulator's engine, stepped in simulated time (no HTTP, no sleeping), read
+    as a scan reads a vLLM page every WHATIF_SCRAPE_SECONDS, and judged: the Verdict. With ``ramp`` the users
+    start one by one over the first WHATIF_RAMP_SHARE of the window; without, at once, and the warm-up is left
+    out."""
+    import random
+
+    from llmdiag.collect.exposition import parse_exposition
+    from llmdiag.collect.servers.pages import build_server_signals
+    from llmdiag.engine.evaluate import build_verdict
+    from llmdiag.schema.loader import load_probe
+    from llmdiag.sim.engine import Engine, SimRequest
+    from llmdiag.sim.metrics import render, vllm_registry
+
+    engine = Engine(config)
+    registry = vllm_registry(engine, WHATIF_UNIX_ORIGIN)
+    rng = random.Random(seed)
+    low, high = load.output_range()
+    starts = _ramp(load.users, seconds * WHATIF_RAMP_SHARE) if ramp else [0.0] * load.users
+    serial = 0
+
+    def submit(at: float) -> None:
+        nonlocal serial
+        serial += 1
+        engine.add_request(SimRequest(f"u{serial}", load.prompt_tokens, rng.randint(low, high), arrival=at))
+
+    scrapes, now, next_page = [], 0.0, 0.0
+    while now < seconds:
+        while starts and starts[0] <= now:
+            submit(starts.pop(0))
+        while next_page <= now:
+            text = render(registry).decode()
+            scrapes.append(parse_exposition(text, WHATIF_UNIX_ORIGIN + now, origin="simulator"))
+            next_page += WHATIF_SCRAPE_SECONDS
+        step = engine.schedule(now)
+        if step is None:
+            now = min([next_page, *starts[:1]])
+            continue
+        for request in engine.complete(step):
+            if request.finished:
+                submit(step.end)
+        now = step.end
+    if not ramp:
+        scrapes = scrapes[int(len(scrapes) * WHATIF_WARMUP_SHARE) :]
+    signals = build_server_signals(load_probe("vllm"), scrapes, "simulator")
+    return build_verdict(signals, target="simulator")
+
+
+def _ramp(users: int, seconds: float) -> list[float]:
+    """When each user starts: in levels of 1, 2, 4 … users, each held an equal share of ``seconds`` (as
+    `llmdiag load` steps its levels), so the batch holds still at each for the step's fit."""
+    levels = [1]
+    while levels[-1] < users:
+        levels.append(min(users, levels[-1] * 2))
+    hold = seconds / len(levels)
+    starts: list[float] = []
+    for index, level in enumerate(levels):
+        starts += [index * hold] * (level - len(starts))
+    return starts
+
+
+def config_with(config: Any, changes: dict[str, Any]) -> Any:
+    """The simulator's engine with a what-if's changes applied (``replicas`` is the caller's: it splits users)."""
+    deployment = config.deployment
+    if "kv_cache_dtype" in changes:
+        fp8 = str(changes["kv_cache_dtype"]).startswith("fp8")
+        deployment = replace(deployment, kv_dtype_bytes=1 if fp8 else None)
+    if "gpu_memory_utilization" in changes:
+        deployment = replace(deployment, gpu_memory_utilization=float(changes["gpu_memory_utilization"]))
+    if "tensor_parallel_size" in changes:
+        deployment = replace(deployment, tp=int(changes["tensor_parallel_size"]))
+    fields = {"deployment": deployment}
+    for name, field in (
+        ("max_num_seqs", "max_num_seqs"),
+        ("max_num_batched_tokens", "max_num_batched_tokens"),
+        ("num_gpu_blocks", "num_gpu_blocks_override"),
+        ("max_model_len", "max_model_len"),
+    ):
+        if name in changes:
+            fields[field] = int(changes[name])
+    if (
+        "num_gpu_blocks" not in changes
+        and config.num_gpu_blocks_override is not None
+        and deployment != config.deployment
+    ):
+        fields["num_gpu_blocks_override"] = None
+    return replace(config, **fields)
+
+
+@dataclass(frozen=True)
+class WhatIfCheck:
+    """One fix on one preset: what was predicted, and what the simulator then measured."""
+
+    preset: str
+    changes: dict[str, Any]
+    prediction: Any  # llmdiag.model.WhatIf
+    measured_class: str
+    measured: Any  # llmdiag.model.Figures: the rerun's window, every replica together
+
+
+def validate_whatif(preset_name: str, seconds: float = 40.0) -> list[WhatIfCheck]:
+    """Scan the preset (a ramped closed loop), take each fix its verdict quantifies, rerun the simulator with it
+    applied under the same users, and pair the prediction with the rerun's measured figures."""
+    from llmdiag.engine.whatif import measured_figures, predict
+    from llmdiag.sim.presets import LoadSpec, get_preset
+
+    preset = get_preset(preset_name)
+    verdict = simulated_window(preset.engine, preset.load, seconds, ramp=True)
+    inputs = verdict.whatif_inputs
+    seen: list[dict[str, Any]] = []
+    checks = []
+    for finding in verdict.findings:
+        for effect in finding.predicted:
+            if not effect.modelled or effect.changes in seen:
+                continue
+            seen.append(effect.changes)
+            prediction = predict(inputs, effect.changes, verdict.bottleneck.value)
+            replicas = int(effect.changes.get("replicas", 1))
+            load = preset.load
+            if replicas > 1:
+                load = LoadSpec(
+                    max(1, load.users // replicas), load.prompt_tokens, load.output_tokens, load.output_spread
+                )
+            after = simulated_window(config_with(preset.engine, effect.changes), load, seconds, ramp=False)
+            measured = measured_figures(after.whatif_inputs)
+            if replicas > 1:
+                measured = _scaled(measured, replicas, preset.load.users)
+            checks.append(WhatIfCheck(preset.name, effect.changes, prediction, after.bottleneck.value, measured))
+    return checks
+
+
+def _scaled(figures: Any, replicas: int, users: int) -> Any:
+    """One replica's figures as the whole fleet's: counts and totals times the replicas."""
+    update = {}
+    for name in ("requests_running", "requests_waiting", "total_tokens_per_second", "preemptions_per_second"):
+        value = getattr(figures, name)
+        update[name] = None if value is None else value * replicas
+    return figures.model_copy(update=update)

@@ -30,6 +30,8 @@ ENTRY_POINTS = {
     "run_nccl_bench": "nccl",
     "capacity_question": "capacity",
     "run_capacity": "capacity",
+    "predict_whatif": "whatif",
+    "whatif_file": "whatif",
 }
 
 __all__ = [
@@ -44,12 +46,14 @@ __all__ = [
     "diagnose_prometheus_fleet_timeline",
     "fleet_from_prometheus",
     "fleet_from_signal_sets",
+    "predict_whatif",
     "run_capacity",
     "run_check",
     "run_demo",
     "run_load",
     "run_nccl_bench",
     "run_prometheus_check",
+    "whatif_file",
 ]
 
 if TYPE_CHECKING:
@@ -67,6 +71,7 @@ if TYPE_CHECKING:
     from llmdiag.api.nccl import run_nccl_bench
     from llmdiag.api.scan import diagnose, diagnose_files, diagnose_logs, run_demo
     from llmdiag.api.trace import analyze_traces
+    from llmdiag.api.whatif import predict_whatif, whatif_file
 
 
 def __getattr__(name: str) -> Any:

@@ -39,6 +39,7 @@ COMMANDS = {
     "load": "load",
     "report": "report",
     "capacity": "capacity",
+    "whatif": "whatif",
     "check": "check",
     "history": "history",
     "nccl-bench": "nccl",

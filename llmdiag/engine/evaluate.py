@@ -18,6 +18,8 @@ from llmdiag.engine.confidence import class_confidence, from_logs, judge, terms
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.fixes import engine_fixes, engine_of, fixes_for
 from llmdiag.engine.slo import add_slo_signals
+from llmdiag.engine.whatif import fix_effects
+from llmdiag.engine.whatif_inputs import whatif_inputs
 from llmdiag.errors import option
 from llmdiag.model import (
     BOTTLENECK_CATEGORIES,
@@ -518,6 +520,13 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
     if primary is None and idle is False and idle_why:
         notes = [idle_why, *notes]
     label = "high" if score >= 0.75 else "medium" if score >= 0.5 else "low"
+    inputs = whatif_inputs(signals)
+    by_code = {rule.code: rule for rule in rules}
+    for finding in findings:
+        spec = by_code.get(finding.code)
+        if spec is not None and finding.fixes:
+            entries = [(dict(w.set), w.not_modelled) for w in spec.fix.whatif]
+            finding.predicted = fix_effects(entries, inputs, bottleneck.value)
     return Verdict(
         target=target,
         bottleneck=bottleneck,
@@ -532,4 +541,5 @@ def build_verdict(signals: SignalSet, settings: Settings | None = None, target: 
         notes=notes + signals.anomalies,
         class_confidence=class_confidence(bottleneck, round(score, 2), findings, judged.factors),
         confidence_factors=terms(judged.factors),
+        whatif_inputs=inputs,
     )

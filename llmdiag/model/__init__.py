@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 # where to look for a name, the modules most callers need first
-MODULES = ("report", "signals", "verdict", "check", "trace", "load", "fleet", "capacity", "nccl")
+MODULES = ("report", "signals", "verdict", "whatif", "check", "trace", "load", "fleet", "capacity", "nccl")
 
 if TYPE_CHECKING:
     from llmdiag.model.capacity import (
@@ -67,9 +67,15 @@ if TYPE_CHECKING:
         state_of,
         worst,
     )
+    from llmdiag.model.whatif import CHANGE_NAMES, Figures, FixEffect, WhatIf, WhatIfInputs
 
 __all__ = [
     "BOTTLENECK_CATEGORIES",
+    "CHANGE_NAMES",
+    "Figures",
+    "FixEffect",
+    "WhatIf",
+    "WhatIfInputs",
     "BenchLink",
     "Bottleneck",
     "CapacityInputs",

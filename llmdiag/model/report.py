@@ -14,9 +14,11 @@ from llmdiag._version import __version__
 
 # "2": the verdict class "stalled", Finding.stall, Verdict.class_confidence and the window kind "snapshot"
 # (Verdict.confidence_factors came later, optional: an addition a "2" reader may ignore, so still "2")
-SCHEMA_VERSION = "2"
-# versions this llmdiag still reads back: a "1" file is a "2" file without the additions (llmdiag.model.io)
-READABLE_SCHEMA_VERSIONS = ("1", "2")
+# "3": Verdict.whatif_inputs (what `llmdiag whatif` predicts from) and Finding.predicted (each fix's effect)
+SCHEMA_VERSION = "3"
+# versions this llmdiag still reads back: a "1" file is a "2" file without the additions, a "2" a "3" without
+# them (llmdiag.model.io)
+READABLE_SCHEMA_VERSIONS = ("1", "2", "3")
 
 
 class Versioned(BaseModel):

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from llmdiag.model.report import Report
 from llmdiag.model.signals import Signal, SourceInfo, Window
+from llmdiag.model.whatif import FixEffect, WhatIfInputs
 
 
 class Bottleneck(str, Enum):
@@ -79,6 +80,9 @@ class Finding(BaseModel):
     # the engine made no progress while requests ran or waited (rules with ``stall = true``): heads the findings and
     # makes the verdict ``stalled``
     stall: bool = False
+    # what the fix would buy on this window (llmdiag.engine.whatif), one entry per way the rule's fix is applied, or
+    # why it is not modelled (schema "3")
+    predicted: list[FixEffect] = Field(default_factory=list)
 
 
 class RuleOutcome(BaseModel):
@@ -162,6 +166,8 @@ class Verdict(Report):
     class_confidence: dict[str, float] = Field(default_factory=dict)
     # what the confidence is made of (empty in a result saved before the confidence was fitted)
     confidence_factors: dict[str, ConfidenceFactor] = Field(default_factory=dict)
+    # what a what-if prediction needs from the window (llmdiag.engine.whatif_inputs; schema "3"; None in older files)
+    whatif_inputs: WhatIfInputs | None = None
 
     @property
     def snapshot(self) -> bool:

@@ -28,7 +28,9 @@ from jinja2 import BaseLoader, Environment, StrictUndefined, TemplateNotFound
 from llmdiag.engine.fixes import fix_view, verdict_engine
 from llmdiag.errors import option
 from llmdiag.model import Bottleneck, LoadPoint, LoadReport, Percentiles, Signal, Verdict
+from llmdiag.model.whatif import Figures, WhatIf
 from llmdiag.render.format import BOUND_WORDS, UNAVAILABLE, format_value, when
+from llmdiag.render.whatif import changes_text, effect_line, rows
 
 REPORTS_PACKAGE = "llmdiag.reports"
 UPLOT_DIR = "vendor/uplot"
@@ -422,6 +424,7 @@ def _render(kind: str, title: str, context: dict[str, Any], charts: list[Chart])
         uplot_version=_asset(f"{UPLOT_DIR}/VERSION").strip(),
         fix_view=fix_view,
         verdict_engine=verdict_engine,
+        effect_line=effect_line,
         **context,
     )
 
@@ -433,3 +436,48 @@ def render_html(result: Verdict | LoadReport) -> str:
         return _render("load", title, {"report": result}, sweep_charts(result))
     title = f"llmdiag report: {result.bottleneck.value} ({result.target})"
     return _render("scan", title, {"verdict": result}, scan_charts(result))
+
+
+def whatif_charts(w: WhatIf) -> list[Chart]:
+    """Before against after, as bars: the batch and the queue; each user's tokens/s; TTFT."""
+    groups = [
+        ("whatif_requests", "Requests running and waiting", "requests", ["requests_running", "requests_waiting"], 1.0),
+        (
+            "whatif_per_user",
+            "Tokens per second for each user",
+            "tokens/s",
+            ["per_user_tokens_per_second", "per_user_tokens_per_second_incl_waiting"],
+            1.0,
+        ),
+        ("whatif_ttft", "Time to first token", "ms", ["ttft_p50_seconds", "ttft_p90_seconds"], 1e3),
+    ]
+    labels = {
+        "requests_running": "running",
+        "requests_waiting": "waiting",
+        "per_user_tokens_per_second": "decoding",
+        "per_user_tokens_per_second_incl_waiting": "queue included",
+        "ttft_p50_seconds": "p50",
+        "ttft_p90_seconds": "p90",
+    }
+    charts = []
+    for chart_id, title, unit, names, scale in groups:
+
+        def values(figures: Figures, names: list[str] = names, scale: float = scale) -> list[float | None]:
+            return [None if (v := getattr(figures, n)) is None else v * scale for n in names]
+
+        chart = Chart(chart_id, title, unit, kind="buckets", x=[float(i) for i in range(len(names))])
+        chart.x_labels = [labels[n] for n in names]
+        chart.series = [
+            {"label": "before (model)", "values": values(w.before), "color": COLORS[0]},
+            {"label": "after", "values": values(w.after), "color": COLORS[1]},
+        ]
+        if not w.modelled:
+            chart.unavailable = f"not modelled: {w.not_modelled_reason}"
+        charts.append(chart)
+    return charts
+
+
+def render_whatif_html(w: WhatIf) -> str:
+    """``llmdiag whatif --html``: the before/after table and its charts, one self-contained page."""
+    title = f"llmdiag what-if: {changes_text(w)}"
+    return _render("whatif", title, {"w": w, "rows": rows(w), "changes": changes_text(w)}, whatif_charts(w))

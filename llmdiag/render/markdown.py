@@ -11,6 +11,7 @@ import re
 from llmdiag.engine.fixes import fix_view, verdict_engine
 from llmdiag.model import LoadReport, Verdict
 from llmdiag.render.format import CAPACITY_CLASSES, UNAVAILABLE, confidence_words, format_value, window_words
+from llmdiag.render.whatif import effect_line
 
 # what could start markup, a tag, a link or a table cell; '_' only where it is not inside a word (snake_case
 # names stay readable: GitHub never reads an underscore between two word characters as emphasis)
@@ -78,6 +79,8 @@ def _findings(verdict: Verdict) -> list[str]:
         if view.others:
             titles = ", ".join(md(title) for title, _ in view.others)
             lines += ["", f"{titles}: {code('llmdiag rules show ' + finding.code)}"]
+        if finding.predicted:
+            lines += ["", "Predicted (`llmdiag whatif`):", ""] + [f"- {md(effect_line(e))}" for e in finding.predicted]
     return lines
 
 

@@ -10,6 +10,7 @@ from rich.text import Text
 from llmdiag.engine.fixes import DEFAULT_ENGINE, fix_view, verdict_engine
 from llmdiag.model import Bottleneck, Evidence, Finding, Severity, Verdict
 from llmdiag.render.format import BOUND_WORDS, CAPACITY_CLASSES, confidence_words, format_value, window_words
+from llmdiag.render.whatif import effect_line
 
 CLASS_STYLE = {
     Bottleneck.memory: "bold white on red",
@@ -85,6 +86,11 @@ def _fixes(finding: Finding, engine: str) -> Text:
     if view.others:
         titles = ", ".join(title for title, _ in view.others)
         fixes.append(f"    {titles}: llmdiag rules show {finding.code}\n", style="dim")
+    modelled = [e for e in finding.predicted if e.modelled]
+    if modelled:
+        fixes.append("    Predicted (llmdiag whatif):\n", style="bold")
+        for effect in modelled:
+            fixes.append(f"    ▸ {effect_line(effect)}\n")
     return fixes
 
 

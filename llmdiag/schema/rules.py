@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from llmdiag.model import Category
+from llmdiag.model.whatif import CHANGE_NAMES
 from llmdiag.schema.base import _Strict
 
 # ---------------------------------------------------------------------------------------------
@@ -72,6 +73,24 @@ Engine = Literal["vllm", "sglang", "trtllm", "tgi", "llamacpp"]
 ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "trtllm", "tgi", "llamacpp")
 
 
+class WhatIfFix(_Strict):
+    """One way the fix would be applied, as a what-if (llmdiag.engine.whatif): the parameters it sets, each a value
+    or a rule on the measured one (``"x2"``: twice the value in use; ``"users"``: the closed-loop users seen), or
+    ``not_modelled`` with the reason where it changes nothing the model takes."""
+
+    set: dict[str, int | float | str | bool] = Field(default_factory=dict)
+    not_modelled: str = ""
+
+    @model_validator(mode="after")
+    def _one_of(self) -> WhatIfFix:
+        if bool(self.set) == bool(self.not_modelled.strip()):
+            raise ValueError("a what-if fix gives either `set` or `not_modelled`")
+        unknown = [name for name in self.set if name not in CHANGE_NAMES]
+        if unknown:
+            raise ValueError(f"unknown what-if parameter(s) {', '.join(unknown)}; known: {', '.join(CHANGE_NAMES)}")
+        return self
+
+
 class Fix(_Strict):
     """What to change: ``text`` for everyone, then each engine's own flags or options. An engine the rule cannot
     judge (its signals do not exist there) is left out of ``applies_to``; every engine in it needs its fixes."""
@@ -83,6 +102,8 @@ class Fix(_Strict):
     tgi: list[str] = Field(default_factory=list)
     llamacpp: list[str] = Field(default_factory=list)
     applies_to: list[Engine] = Field(default_factory=lambda: list(ENGINES))
+    # what the fix would buy, predicted on the window (schema "3": Finding.predicted); empty: not a parameter change
+    whatif: list[WhatIfFix] = Field(default_factory=list)
 
     def for_engine(self, engine: str) -> list[str]:
         return list(getattr(self, engine, [])) if engine in ENGINES else []

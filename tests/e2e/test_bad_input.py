@@ -711,3 +711,56 @@ def test_unknown_gpu_names_the_known_ones():
     assert result.returncode == 2
     assert "H100" in result.stderr and "HINT:" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# ---- llmdiag whatif: a saved verdict and NAME=VALUE changes -------------------------------------------------------
+
+
+def _saved_verdict(tmp_path: Path) -> Path:
+    """A real verdict (the recorded vLLM 0.32 scheduling window, analyzed), saved as `analyze --json` writes it."""
+    from llmdiag.api.scan import diagnose_files
+
+    pages = sorted((REPO_FIXTURES / "vllm-0.32.0" / "scheduling").glob("scrape-*.prom"))
+    path = tmp_path / "verdict.json"
+    path.write_text(diagnose_files(pages).model_dump_json())
+    return path
+
+
+REPO_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_whatif_missing_file(tmp_path):
+    error, hint = assert_clean_error(run_cli("whatif", str(tmp_path / "nope.json"), "--set", "max_num_seqs=8"))
+    assert "no such file" in error
+    assert "scan --json" in hint
+
+
+def test_whatif_unknown_name(tmp_path):
+    error, hint = assert_clean_error(run_cli("whatif", str(_saved_verdict(tmp_path)), "--set", "max_seqs=8"))
+    assert "'max_seqs'" in error
+    assert "max_num_seqs" in hint and "--set" in hint
+
+
+def test_whatif_bad_value(tmp_path):
+    error, hint = assert_clean_error(run_cli("whatif", str(_saved_verdict(tmp_path)), "--set", "max_num_seqs=eight"))
+    assert "'eight'" in error and "max_num_seqs" in error
+    assert "whole number" in hint
+
+
+def test_whatif_not_an_assignment(tmp_path):
+    error, hint = assert_clean_error(run_cli("whatif", str(_saved_verdict(tmp_path)), "--set", "max_num_seqs"))
+    assert "not NAME=VALUE" in error
+
+
+def test_whatif_no_change(tmp_path):
+    error, hint = assert_clean_error(run_cli("whatif", str(_saved_verdict(tmp_path))))
+    assert "no change" in error
+    assert "--set" in hint
+
+
+def test_whatif_on_a_load_report_without_verdicts_is_refused(tmp_path):
+    report = tmp_path / "load.json"
+    report.write_text(json.dumps({"schema_version": "3", "points": []}))
+    error, hint = assert_clean_error(run_cli("whatif", str(report), "--set", "replicas=2"))
+    assert "no level with a server-side verdict" in error
+    assert "load -o" in hint

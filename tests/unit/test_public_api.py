@@ -24,12 +24,14 @@ PUBLIC = [
     "diagnose_prometheus_fleet_timeline",
     "fleet_from_prometheus",
     "fleet_from_signal_sets",
+    "predict_whatif",
     "run_capacity",
     "run_check",
     "run_demo",
     "run_load",
     "run_nccl_bench",
     "run_prometheus_check",
+    "whatif_file",
 ]
 
 

@@ -73,9 +73,9 @@ def test_html_labels_a_snapshot(snapshot: Verdict):
     assert "one snapshot (gauges at one moment, no rates)" in page
 
 
-def test_json_carries_the_state_the_class_confidences_and_schema_2(stalled: Verdict):
+def test_json_carries_the_state_the_class_confidences_and_schema_3(stalled: Verdict):
     data = json.loads(render_json(stalled))
-    assert data["schema_version"] == SCHEMA_VERSION == "2"
+    assert data["schema_version"] == SCHEMA_VERSION == "3"
     assert data["bottleneck"] == "stalled"
     assert data["findings"][0]["stall"] is True
     assert data["class_confidence"]["stalled"] == data["confidence"]
@@ -106,7 +106,7 @@ def test_a_schema_1_verdict_still_loads_and_an_unknown_version_is_refused(stalle
     path.write_text(json.dumps(old))
     loaded = load_result(path)
     assert isinstance(loaded, Verdict) and loaded.schema_version == "1" and loaded.class_confidence == {}
-    old["schema_version"] = "3"
+    old["schema_version"] = "4"
     path.write_text(json.dumps(old))
-    with pytest.raises(InputFileError, match="schema_version '3'"):
+    with pytest.raises(InputFileError, match="schema_version '4'"):
         load_result(path)
