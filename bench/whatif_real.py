@@ -26,6 +26,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTS = "tests/realserver/test_whatif_real.py"
 RESULTS_ENV = "LLMDIAG_WHATIF_REAL_OUT"  # the harness writes <fix>.json there
+WARMUP_ENV = "LLMDIAG_WHATIF_REAL_WARMUP_SECONDS"
 ORDER = ("max_num_seqs", "kv_pool", "token_budget", "replicas")
 SHORT = {
     "per_user_tokens_per_second_incl_waiting": "per-user tok/s, queue incl.",
@@ -57,17 +58,21 @@ def table(results: list[dict]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        predicted = ((r.get("whatif") or {}).get("after")) or {}
+        w = r.get("whatif") or {}
+        predicted = w.get("after") or {}
+        refused = "not modelled" if w and not w.get("modelled") else ""
         for name, label in SHORT.items():
             p, m = predicted.get(name), r["after"].get(name)
             ratio = p / m if p is not None and m else None
-            target = within(p, m) if name in r["compared"] else ""
+            target = (refused or within(p, m)) if name in r["compared"] else ""
             lines.append(
                 f"| {r['flag']} | {label} | {_num(r['before'].get(name))} | {_num(p)} | {_num(m)} | {_num(ratio)} | "
                 f"{target} |"
             )
-        class_after = (r.get("whatif") or {}).get("class_after")
-        verdict = "pending" if class_after is None else ("met" if class_after == r["class_after"] else "missed")
+        class_after = w.get("class_after") if not refused else None
+        verdict = refused or (
+            "pending" if class_after is None else ("met" if class_after == r["class_after"] else "missed")
+        )
         lines.append(
             f"| {r['flag']} | class | {r['class_before']} | {class_after or '-'} | {r['class_after']} | | {verdict} |"
         )
@@ -83,12 +88,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-k", dest="select", default="", help="pytest -k expression (default: all four)")
     parser.add_argument("--from", dest="source", type=Path, help="print the table of a folder of <fix>.json")
+    parser.add_argument(
+        "--warmup", type=float, default=None, help="seconds of load before each scan (the tests: 8; steady: 60)"
+    )
     parser.add_argument("--out", type=Path, help="where the runs write <fix>.json (default: a temporary folder)")
     args = parser.parse_args(argv)
     folder = args.source
     if folder is None:
         folder = args.out or Path(tempfile.mkdtemp(prefix="whatif-real-"))
         env = {**os.environ, "LLMDIAG_VLLM_TESTS": "1", RESULTS_ENV: str(folder)}
+        if args.warmup is not None:
+            env[WARMUP_ENV] = str(args.warmup)
         cmd = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", TESTS]
         if args.select:
             cmd += ["-k", args.select]
@@ -100,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(table(results))
     for r in results:
-        print(f"{r['fix']}: {r['seconds']:.0f} s; whatif: {r['whatif_error'] or 'ok'}", file=sys.stderr)
+        w = r.get("whatif") or {}
+        note = r["whatif_error"] or w.get("not_modelled_reason") or f"next limit: {w.get('next_limit')}"
+        print(f"- {r['flag']}: {r['seconds']:.0f} s; {note}")
     return 0
 
 

@@ -56,14 +56,22 @@ def run(name: str, models: dict[str, Path], tmp_path: Path) -> Validation:
     return v
 
 
-def check_prediction(v: Validation) -> dict:
-    """whatif's JSON has the contract's shape, modelled, for these changes; its class after is the measured one."""
+NO_SLOPE = "no step slope to price it"
+
+
+def check_prediction(v: Validation, known_miss: str = "", batch_moves: bool = False) -> dict:
+    """whatif's JSON has the contract's shape, modelled, for these changes; its class after is the measured one
+    (``known_miss``: why the model is known to miss it; the miss then shows as xfail, with the figures).
+    ``batch_moves``: the change moves the batch of a window whose batch held still, which the model refuses to price
+    (it says so rather than guess): that refusal shows as xfail with its reason; any other refusal fails."""
     if v.whatif is None and "No such command 'whatif'" in v.whatif_error:
         pytest.skip("the prediction is pending: this tree has no `llmdiag whatif` yet (measured figures are printed)")
     assert v.whatif is not None, f"`llmdiag whatif` failed: {v.whatif_error}"
     w = v.whatif
     context = f"whatif: {w}\nmeasured after: {v.after.figures} ({v.after.bottleneck})"
     assert w["changes"] == v.fix.changes, context
+    if batch_moves and w["modelled"] is False and NO_SLOPE in w["not_modelled_reason"]:
+        pytest.xfail(f"not modelled: {w['not_modelled_reason']}")
     assert w["modelled"] is True and not w["not_modelled_reason"], context
     assert w["basis"] and all(isinstance(b, str) and b for b in w["basis"]), context
     assert w["class_before"] == v.before.bottleneck, context
@@ -76,6 +84,8 @@ def check_prediction(v: Validation) -> dict:
     for name in COMPARED:
         assert w["after"][name] is not None, f"no prediction for {name}\n{context}"
     assert isinstance(w["band_ratio"], (int, float)) and w["band_ratio"] > 0, context
+    if known_miss and w["class_after"] != v.after.bottleneck:
+        pytest.xfail(f"{known_miss}: predicted {w['class_after']}, measured {v.after.bottleneck}")
     assert w["class_after"] == v.after.bottleneck, context
     return w
 
@@ -88,7 +98,8 @@ def test_max_num_seqs_2_to_8(models: dict[str, Path], tmp_path: Path) -> None:
     after = v.after.figures
     assert after["requests_running"] is not None and after["requests_running"] <= 8 + 1, after
     assert after["requests_waiting"] == pytest.approx(users - 8, rel=0.25), after
-    w = check_prediction(v)
+    # the scheduling window's batch sits at the cap of 2: the model has no slope to price a batch of 8 with
+    w = check_prediction(v, batch_moves=True)
     # the prediction must say that many still wait: most of the 24 the cap of 8 leaves out of 32
     assert w["after"]["requests_waiting"] >= (users - 8) / 2, w
 
@@ -107,7 +118,9 @@ def test_token_budget_128_to_1024(models: dict[str, Path], tmp_path: Path) -> No
     # measured: eight times the budget admits prompts faster than the 128-token chunks did, so fewer wait
     before, after = v.before.figures, v.after.figures
     assert after["requests_waiting"] < before["requests_waiting"], (before, after)
-    check_prediction(v)
+    # the model holds the batch at the most running seen with a queue (6) as if a sequence cap set it; here the token
+    # budget did, and 1024 tokens let 7-8 run, the queue drain and the prefills stall the decodes (compute)
+    check_prediction(v, known_miss="the model reads the budget-held batch as a sequence cap (issue 18 §2, README)")
 
 
 def test_two_replicas_pinned(models: dict[str, Path], tmp_path: Path) -> None:
@@ -119,4 +132,5 @@ def test_two_replicas_pinned(models: dict[str, Path], tmp_path: Path) -> None:
         readings = [r for _, r in verdict["signals"]["requests_running"]["samples"]]
         waiting = [w for _, w in verdict["signals"]["requests_waiting"]["samples"]]
         assert max(r + w for r, w in zip(readings, waiting, strict=True)) <= v.fix.before.users // 2 + 1, verdict
-    check_prediction(v)
+    # one replica's batch held at its 16 users: halving it needs the step's slope, which that window cannot give
+    check_prediction(v, batch_moves=True)

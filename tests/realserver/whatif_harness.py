@@ -33,7 +33,11 @@ from .vllm_cpu import VllmServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCAN_SECONDS = 15
-WARMUP_SECONDS = 8
+# 8 s keeps the suite short, but a closed loop's queue needs about one whole cycle (users / requests per second:
+# 30-40 s in the scheduling and memory states) to reach its steady length: before that, TTFT is the first wave's
+# (bench/whatif_real.py --warmup sets a longer one through this variable)
+WARMUP_ENV = "LLMDIAG_WHATIF_REAL_WARMUP_SECONDS"
+WARMUP_SECONDS = float(os.environ.get(WARMUP_ENV) or 8)
 LOAD_SECONDS = WARMUP_SECONDS + SCAN_SECONDS + 120
 SEED = 0
 # where each validation's figures are also written, as <fix>.json (bench/whatif_real.py reads them from there)
@@ -138,6 +142,7 @@ class Validation:
             "changes": self.fix.changes,
             "load": {k: getattr(self.fix.before, k) for k in ("users", "prompt_tokens", "output_tokens", "model")},
             "seed": SEED,
+            "warmup_seconds": WARMUP_SECONDS,
             "class_before": self.before.bottleneck,
             "class_after": self.after.bottleneck,
             "before": self.before.figures,
