@@ -314,7 +314,6 @@ def test_scheduling(tiny_model: Path) -> None:
     spec = STATES["scheduling"]
     with start_server(spec, tiny_model) as server:
         scan, load = drive_and_scan(server, spec, again_seconds=10)
-    remember_before(spec, scan.data, load)  # the max_num_seqs what-if's "before" (test_whatif_real.py)
     assert_bottleneck(scan, "scheduling")
     # the same state scanned again gives the same class (stable verdicts)
     assert_bottleneck(scan.again, "scheduling")

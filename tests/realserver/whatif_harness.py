@@ -5,6 +5,8 @@ One validation is a ``Fix``: a diagnosed state (``before``, a ``StateSpec``), th
 the load both sides get: the same users, prompt and output lengths, and seed. ``validate`` runs it:
 
     before: start the server, drive the load, `llmdiag scan --json` (saved), `llmdiag whatif scan.json --set … --json`
+            (a fix that moves the batch: `llmdiag load --sweep` levels instead, the last one the state's load, and
+            `whatif sweep.json`: one window holds the batch still and gives no step slope)
     after:  start the server with the fix's flags (or two replicas, each pinned to its core), the same load, scan again
 
 and returns a ``Validation``: the predicted figures beside the measured ones. The tests (test_whatif_real.py) assert
@@ -67,25 +69,8 @@ class PinnedVllmServer(VllmServer):
         self.core = core
         self.extra_env.update({"VLLM_CPU_OMP_THREADS_BIND": str(core), "OMP_NUM_THREADS": "1"})
 
-        self._started_at: float | None = None
-
     def command(self) -> list[str]:
         return ["taskset", "-c", str(self.core), *super().command()]
-
-    def _wait_healthy(self, t0: float) -> None:
-        # start() only launches; ready() waits, so that replicas on their own cores start side by side (each
-        # launched from this long-lived thread: a child is signalled when the thread that started it exits)
-        self._started_at = t0
-
-    def ready(self) -> None:
-        assert self._started_at is not None
-        try:
-            VllmServer._wait_healthy(self, self._started_at)
-        except BaseException:
-            self.stop()
-            raise
-        if self.engine_nice is not None:
-            self.renice_engine()
 
 
 @dataclass(frozen=True)
@@ -97,6 +82,9 @@ class Fix:
     replicas_before: int = 1
     replicas_after: int = 1
     flag: str = ""  # the change as the user types it, for the table
+    # closed-loop levels of a `llmdiag load` sweep measured as the "before" (its last level the state's load), for a
+    # change that moves the batch: one window holds the batch still, and the sweep's levels give the step's slope
+    sweep: tuple[int, ...] = ()
 
     def sets(self) -> list[str]:
         return [f"{k}={v}" for k, v in self.changes.items()]
@@ -276,12 +264,30 @@ def launch(
         stack.callback(server.stop)
         return [server.start()]
     pinned = [PinnedVllmServer(model, core=first_core + i, **common) for i in range(count)]  # type: ignore[arg-type]
-    for server in pinned:
+    for server in pinned:  # launched side by side, each on its own core
         stack.callback(server.stop)
-        server.start()
+        server.launch()
     for server in pinned:
         server.ready()
     return list(pinned)
+
+
+def sweep(spec: StateSpec, server: VllmServer, levels: Sequence[int], out: Path) -> Side:
+    """`llmdiag load URL --sweep LEVELS -o sweep.json` as a user runs it; the last level (the state's load) is the
+    before side, and sweep.json is what `whatif` predicts from."""
+    path = out / "sweep.json"
+    cmd = [sys.executable, "-m", "llmdiag", "load", server.base_url, "--sweep", ",".join(map(str, levels))]
+    cmd += ["--duration", str(SCAN_SECONDS), "--warmup", str(WARMUP_SECONDS), "--no-nvml", "-o", str(path), "--json"]
+    cmd += ["--prompt-tokens", str(spec.prompt_tokens), "--output-tokens", str(spec.output_tokens)]
+    seconds = len(levels) * (SCAN_SECONDS + WARMUP_SECONDS) + 240
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=seconds)
+    assert proc.returncode == 0 and path.exists(), f"load sweep failed ({proc.returncode}): {proc.stderr[-3000:]}"
+    report = json.loads(path.read_text())
+    top = report["points"][-1]
+    assert top["users"] == spec.users and top["verdict"], json.dumps(top)[:3000]
+    (out / "scan-0.json").write_text(json.dumps(top["verdict"]))
+    client = {"per_user_tokens_per_second": top["per_user_tokens_per_second"]["p50"]}
+    return Side([top["verdict"]], client, figures([top["verdict"]]))
 
 
 def _split(users: int, replicas: int) -> list[int]:
@@ -356,10 +362,16 @@ def validate(
         servers: list[VllmServer] = []
         if before is None:
             servers = launch(fix.before, models, stack, fix.replicas_before, 0 if pinned else None)
-            before = _drive(fix.before, servers, out / "before")
+            if fix.sweep:
+                before = sweep(fix.before, servers[0], fix.sweep, out / "before")
+            else:
+                before = _drive(fix.before, servers, out / "before")
         else:
             (out / "before" / "scan-0.json").write_text(json.dumps(before.verdicts[0]))
-        predicted, error = whatif(out / "before" / "scan-0.json", fix.sets())
+        source = (
+            out / "before" / ("sweep.json" if fix.sweep and (out / "before" / "sweep.json").exists() else "scan-0.json")
+        )
+        predicted, error = whatif(source, fix.sets())
         log(f"[{fix.name}] before: {before.bottleneck} {before.figures}; whatif: {error or 'ok'}")
         if fix.after.server_args != fix.before.server_args:
             for server in servers:
@@ -414,6 +426,7 @@ FIXES: dict[str, Fix] = {
             {"max_num_seqs": 8},
             _with(SCHEDULING, "scheduling-8", ("--max-num-seqs", "8")),
             flag="--max-num-seqs 2 → 8",
+            sweep=(1, SCHEDULING.users),
         ),
         Fix(
             "kv_pool",
@@ -436,6 +449,7 @@ FIXES: dict[str, Fix] = {
             replace(REPLICA, name="replica-pair"),
             replicas_before=1,
             replicas_after=2,
+            sweep=(4, REPLICA.users),
             flag="1 → 2 replicas (taskset -c 0 / -c 1)",
         ),
     )
