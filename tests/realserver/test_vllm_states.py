@@ -28,6 +28,7 @@ from .conftest import VERDICTS
 from .loadgen import Load
 from .states import STATES, StateSpec
 from .vllm_cpu import VllmServer
+from .whatif_harness import remember_before
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCAN_DURATION = 15
@@ -380,6 +381,7 @@ def test_memory(tiny_model: Path, tmp_path: Path) -> None:
     spec = STATES["memory"]
     with start_server(spec, tiny_model) as server:
         scan, load = drive_and_scan(server, spec, check_in=tmp_path)
+    remember_before(spec, scan.data, load)  # the KV pool what-if's "before" (test_whatif_real.py)
     assert_bottleneck(scan, "memory")
     assert scan.data["findings"][0]["code"] == "MEM001", scan.describe("MEM001 is not the primary finding")
     numbers = finding_evidence(scan, "MEM001")

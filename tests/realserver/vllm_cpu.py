@@ -304,6 +304,7 @@ class VllmServer:
         self.engine_nice = engine_nice
         self.proc: subprocess.Popen | None = None
         self.startup_seconds: float | None = None
+        self._launched_at: float | None = None
         self._log_fh = None
 
     # -- public attributes -------------------------------------------------
@@ -344,6 +345,12 @@ class VllmServer:
 
     # -- lifecycle -----------------------------------------------------------
     def start(self) -> VllmServer:
+        """Launch the server and wait until it is healthy (then renice its engine side)."""
+        return self.launch().ready()
+
+    def launch(self) -> VllmServer:
+        """Start the process without waiting for it (``ready`` waits): servers launched one after another from the
+        same long-lived thread then start side by side."""
         ensure_vllm_venv()
         if self.model is None:
             self.model = ensure_tiny_model()
@@ -373,6 +380,13 @@ class VllmServer:
             cwd=str(cache_dir()),
             preexec_fn=_die_with_parent,
         )
+        self._launched_at = t0
+        return self
+
+    def ready(self) -> VllmServer:
+        """Wait until the launched server answers /health; stop it and raise if it does not."""
+        t0 = self._launched_at
+        assert self.proc is not None and t0 is not None, "ready() before launch()"
         try:
             self._wait_healthy(t0)
         except BaseException:
