@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from llmdiag.engine.capacity import CapacityQuestion, plan_capacity, sustained_load
+from llmdiag.engine.capacity import CapacityQuestion, plan_capacity, prefill_alone_seconds, sustained_load
 from llmdiag.errors import UsageError, option
 from llmdiag.model.capacity import CapacityReport
 from llmdiag.model.compare import (
@@ -152,16 +152,6 @@ class Case:
             priority_users=priority_users,
             seed=settings.seed,
         )
-
-
-def prefill_alone_seconds(dep: Deployment, prompt_tokens: int, chunk_tokens: int) -> float:
-    """One prompt on an idle GPU, in chunks of the step budget, each attending to the chunks before it."""
-    total, done = 0.0, 0
-    while done < prompt_tokens:
-        size = min(chunk_tokens, prompt_tokens - done)
-        total += step_time(dep, prefill_load(size, 1, cached_tokens=done)).step_seconds
-        done += size
-    return total
 
 
 def closed_loop(users: float, batch: float, step_seconds: float, alone_seconds: float, output_tokens: int) -> Figures:

@@ -366,7 +366,7 @@ def _step_term_use(question: CapacityQuestion, step: StepTime) -> list[ResourceU
     ]
 
 
-def _alone_ttft_seconds(dep: Deployment, prompt_tokens: int, chunk_tokens: int) -> float:
+def prefill_alone_seconds(dep: Deployment, prompt_tokens: int, chunk_tokens: int) -> float:
     """One prompt on an idle server: its chunks one step each, each attending to the chunks before it."""
     total, done = 0.0, 0
     while done < prompt_tokens:
@@ -382,7 +382,7 @@ def _ttft_burst(question: CapacityQuestion, dep: Deployment, caps: BatchCaps) ->
     chunk_tokens, wave_cap = caps.max_num_batched_tokens, caps.served_cap
     chunk_step = step_time(dep, prefill_load(p, chunk_tokens / p))
     rate = chunk_tokens / chunk_step.step_seconds
-    alone = _alone_ttft_seconds(dep, p, chunk_tokens)
+    alone = prefill_alone_seconds(dep, p, chunk_tokens)
     wave = min(users, wave_cap)
     decode_step = step_time(dep, decode_load(wave, p + o / 2)).step_seconds
     wave_seconds = wave * p / rate + (o - 1) * decode_step

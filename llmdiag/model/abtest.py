@@ -13,9 +13,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from llmdiag.errors import InputFileError
-from llmdiag.model.report import Report
+from llmdiag.model.report import Report, read_json_object
 from llmdiag.model.whatif import WhatIf
-from llmdiag.model.workload import read_json_object
 
 PREDICTION_HINT = "give the JSON that `llmdiag whatif` prints for the change"
 MAX_PREDICTION_BYTES = 16 * 2**20

@@ -8,7 +8,6 @@ never a traceback.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -16,7 +15,7 @@ from pydantic import ValidationError
 from llmdiag.errors import InputFileError
 from llmdiag.model.fleet import FleetReport
 from llmdiag.model.load import LoadReport
-from llmdiag.model.report import READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION
+from llmdiag.model.report import read_json_object
 from llmdiag.model.verdict import Verdict
 
 RESULT_HINT = "give a file written by `llmdiag scan --json`, `llmdiag demo -o FILE` or `llmdiag load -o FILE`"
@@ -24,34 +23,7 @@ MAX_RESULT_BYTES = 256 * 2**20
 
 
 def load_result(path: Path) -> Verdict | LoadReport | FleetReport:
-    path = Path(path)
-    try:
-        if path.stat().st_size > MAX_RESULT_BYTES:
-            raise InputFileError(f"{path} is larger than {MAX_RESULT_BYTES // 2**20} MiB", RESULT_HINT)
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFileError(f"{path}: no such file", RESULT_HINT) from None
-    except IsADirectoryError:
-        raise InputFileError(f"{path} is a folder, not a result file", RESULT_HINT) from None
-    except UnicodeDecodeError:
-        raise InputFileError(f"{path} is not text (not a JSON result)", RESULT_HINT) from None
-    except OSError as exc:
-        raise InputFileError(f"cannot read {path}: {exc.strerror}", RESULT_HINT) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputFileError(f"{path} is not JSON: {exc.msg} at line {exc.lineno}", RESULT_HINT) from None
-    if not isinstance(data, dict):
-        raise InputFileError(f"{path} holds JSON, but not an llmdiag result (no object at the top)", RESULT_HINT)
-    version = data.get("schema_version")
-    # "1" files still load: schema "2" only added a class, a window kind and fields with defaults
-    if version is not None and str(version) not in READABLE_SCHEMA_VERSIONS:
-        raise InputFileError(
-            f"{path} has schema_version {version!r}; this llmdiag reads "
-            + " and ".join(repr(v) for v in READABLE_SCHEMA_VERSIONS)
-            + f" (writes {SCHEMA_VERSION!r})",
-            "regenerate the result with this llmdiag version",
-        )
+    data = read_json_object(Path(path), MAX_RESULT_BYTES, RESULT_HINT)
     if data.get("kind") == "fleet":
         model: type[Verdict] | type[LoadReport] | type[FleetReport] = FleetReport
     elif "bottleneck" in data:

@@ -9,14 +9,13 @@ kept beside it: a comparison refuses runs where any of the three differ (llmdiag
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from llmdiag.errors import InputFileError, option
-from llmdiag.model.report import READABLE_SCHEMA_VERSIONS, Report
+from llmdiag.model.report import Report, read_json_object
 
 WORKLOAD_KIND = "llmdiag-workload"
 MAX_WORKLOAD_BYTES = 4 * 2**20
@@ -93,29 +92,3 @@ def read_workload(path: Path) -> Workload:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "(top)"
         raise InputFileError(f"{path} is not a valid workload: {where}: {first['msg']}", hint) from None
-
-
-def read_json_object(path: Path, max_bytes: int, hint: str, check_version: bool = True) -> dict[str, Any]:
-    """The JSON object in ``path``; anything else (missing, a folder, not JSON, a list) is one InputFileError."""
-    try:
-        if path.stat().st_size > max_bytes:
-            raise InputFileError(f"{path} is larger than {max_bytes // 2**20} MiB", hint)
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFileError(f"{path}: no such file", hint) from None
-    except IsADirectoryError:
-        raise InputFileError(f"{path} is a folder, not a file", hint) from None
-    except UnicodeDecodeError:
-        raise InputFileError(f"{path} is not text (not JSON)", hint) from None
-    except OSError as exc:
-        raise InputFileError(f"cannot read {path}: {exc.strerror}", hint) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputFileError(f"{path} is not JSON: {exc.msg} at line {exc.lineno}", hint) from None
-    if not isinstance(data, dict):
-        raise InputFileError(f"{path} holds JSON, but no object at the top", hint)
-    version = data.get("schema_version")
-    if check_version and version is not None and str(version) not in READABLE_SCHEMA_VERSIONS:
-        raise InputFileError(f"{path} has schema_version {version!r}, which this llmdiag does not read", hint)
-    return data
