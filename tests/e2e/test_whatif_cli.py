@@ -10,6 +10,7 @@ import pytest
 
 from llmdiag.api.scan import diagnose_files
 from tests.conftest import FIXTURES, run_cli
+from tests.support import browser
 
 FIGURES = {
     "requests_running",
@@ -79,3 +80,15 @@ def test_terminal_markdown_and_html(scheduling, tmp_path):
     assert html.returncode == 0, html.stderr
     text = page.read_text()
     assert "Before and after" in text and "whatif_requests" in text and "<script" in text
+
+
+def test_the_html_page_draws_in_chromium(scheduling, tmp_path):
+    """The page a colleague opens: no script error, nothing fetched from outside, every chart drawn."""
+    browser.require()
+    page = tmp_path / "whatif.html"
+    assert run_cli("whatif", str(scheduling), "--set", "replicas=2", "--html", str(page)).returncode == 0
+    with browser.open_file(page) as visit:
+        assert visit.page_errors == [] and visit.console_errors == []
+        assert visit.requests == [page.resolve().as_uri()]
+        charts = visit.page.locator(".chart").count()
+        assert charts > 0 and int(visit.page.get_attribute("body", "data-charts-rendered") or 0) == charts
