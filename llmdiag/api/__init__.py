@@ -2,7 +2,7 @@
 
     from llmdiag.api import diagnose            # or: from llmdiag import diagnose
 
-Each entry point lives in the module of its job (scan, fleet, check, load, trace, capacity, nccl) and is loaded on
+Each entry point lives in the module of its job (scan, fleet, check, load, trace, capacity, compare, whatif, nccl) and is loaded on
 first use, so a caller that needs one job (``llmdiag trace``) does not load the HTTP and load stacks of the others.
 """
 
@@ -30,6 +30,7 @@ ENTRY_POINTS = {
     "run_nccl_bench": "nccl",
     "capacity_question": "capacity",
     "run_capacity": "capacity",
+    "run_compare": "compare",
     "predict_whatif": "whatif",
     "whatif_file": "whatif",
 }
@@ -49,6 +50,7 @@ __all__ = [
     "predict_whatif",
     "run_capacity",
     "run_check",
+    "run_compare",
     "run_demo",
     "run_load",
     "run_nccl_bench",
@@ -59,6 +61,7 @@ __all__ = [
 if TYPE_CHECKING:
     from llmdiag.api.capacity import capacity_question, run_capacity
     from llmdiag.api.check import run_check, run_prometheus_check
+    from llmdiag.api.compare import run_compare
     from llmdiag.api.fleet import (
         diagnose_fleet,
         diagnose_prometheus,

@@ -27,6 +27,7 @@ PUBLIC = [
     "predict_whatif",
     "run_capacity",
     "run_check",
+    "run_compare",
     "run_demo",
     "run_load",
     "run_nccl_bench",
