@@ -2,8 +2,9 @@
 
     from llmdiag.api import diagnose            # or: from llmdiag import diagnose
 
-Each entry point lives in the module of its job (scan, fleet, check, load, trace, capacity, compare, whatif, nccl) and is loaded on
-first use, so a caller that needs one job (``llmdiag trace``) does not load the HTTP and load stacks of the others.
+Each entry point lives in the module of its job (scan, fleet, check, load, trace, capacity, compare, whatif, nccl)
+and is loaded on first use, so a caller that needs one job (``llmdiag trace``) does not load the HTTP and load
+stacks of the others.
 """
 
 from __future__ import annotations
