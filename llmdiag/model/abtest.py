@@ -70,7 +70,9 @@ class Comparison(Report):
 
 def read_prediction(path: Path) -> WhatIf:
     """A saved `whatif --json`, or one InputFileError line."""
-    data = read_json_object(Path(path), MAX_PREDICTION_BYTES, PREDICTION_HINT, check_version=False)
+    data = read_json_object(
+        Path(path), MAX_PREDICTION_BYTES, PREDICTION_HINT, check_version=False, what="a whatif prediction"
+    )
     if "class_after" not in data or "after" not in data:
         raise InputFileError(
             f"{path} holds JSON, but not a whatif prediction (no 'class_after' and 'after')", PREDICTION_HINT

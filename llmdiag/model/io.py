@@ -23,7 +23,7 @@ MAX_RESULT_BYTES = 256 * 2**20
 
 
 def load_result(path: Path) -> Verdict | LoadReport | FleetReport:
-    data = read_json_object(Path(path), MAX_RESULT_BYTES, RESULT_HINT)
+    data = read_json_object(Path(path), MAX_RESULT_BYTES, RESULT_HINT, what="an llmdiag result")
     if data.get("kind") == "fleet":
         model: type[Verdict] | type[LoadReport] | type[FleetReport] = FleetReport
     elif "bottleneck" in data:

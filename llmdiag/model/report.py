@@ -34,9 +34,12 @@ class Report(Versioned):
     tool_version: str = __version__
 
 
-def read_json_object(path: Path, max_bytes: int, hint: str, check_version: bool = True) -> dict[str, Any]:
+def read_json_object(
+    path: Path, max_bytes: int, hint: str, check_version: bool = True, what: str = "an object"
+) -> dict[str, Any]:
     """The JSON object in ``path`` (a saved report, workload or prediction); anything else (missing, a folder, not
-    JSON, a list, a schema version this llmdiag does not read) is one InputFileError with ``hint``."""
+        JSON, a list, a schema version this llmdiag does not read) is one InputFileError with ``hint``; ``what`` names
+    what the file should hold ("an llmdiag result")."""
     try:
         if path.stat().st_size > max_bytes:
             raise InputFileError(f"{path} is larger than {max_bytes // 2**20} MiB", hint)
@@ -54,7 +57,7 @@ def read_json_object(path: Path, max_bytes: int, hint: str, check_version: bool 
     except json.JSONDecodeError as exc:
         raise InputFileError(f"{path} is not JSON: {exc.msg} at line {exc.lineno}", hint) from None
     if not isinstance(data, dict):
-        raise InputFileError(f"{path} holds JSON, but no object at the top", hint)
+        raise InputFileError(f"{path} holds JSON, but not {what} (no object at the top)", hint)
     version = data.get("schema_version")
     if check_version and version is not None and str(version) not in READABLE_SCHEMA_VERSIONS:
         raise InputFileError(

@@ -83,7 +83,7 @@ class RequestSample(BaseModel):
 def read_workload(path: Path) -> Workload:
     """A saved workload, or one InputFileError line saying what is wrong with the file."""
     hint = f"give a file that `llmdiag load` wrote with {option('save_workload')}"
-    data = read_json_object(Path(path), MAX_WORKLOAD_BYTES, hint)
+    data = read_json_object(Path(path), MAX_WORKLOAD_BYTES, hint, what="an llmdiag workload")
     if data.get("kind") != WORKLOAD_KIND:
         raise InputFileError(f'{path} holds JSON, but not an llmdiag workload (no "kind": "{WORKLOAD_KIND}")', hint)
     try:
