@@ -7,16 +7,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from llmdiag.api.capacity import capacity_question, run_capacity
 from llmdiag.cli.options import HtmlOpt, flag_groups
-from llmdiag.cli.output import fail, print_json, stderr, stdout
+from llmdiag.cli.output import fail, print_json, stderr, stdout, write_page
 from llmdiag.engine.capacity import CapacityQuestion
 from llmdiag.errors import LlmdiagError, UsageError
 from llmdiag.physics.hardware import GPUS, MODELS
 from llmdiag.render.capacity import render_capacity, render_capacity_json
-from llmdiag.render.files import write_atomic
 
 app = typer.Typer(add_completion=False)
 # the lists come from probes/tables/ (gpus.toml, models.toml), so a new entry shows here by itself
@@ -117,13 +115,7 @@ def _compare(question: CapacityQuestion, names: str, html: Path | None, as_json:
     say = None if as_json else lambda name: stderr.print(f"[dim]comparing: {name} …[/]")
     report = run_compare(question, wanted, on_comparison=say)
     if html is not None:
-        text = render_compare_html(report)
-        try:
-            write_atomic(html, text)
-        except OSError as exc:
-            raise LlmdiagError(f"cannot write {html}: {exc.strerror}", "pick another --html path") from None
-        if not as_json:
-            stderr.print(f"[dim]HTML report written to {escape(str(html))} ({len(text.encode()) / 1024:.0f} KB)[/]")
+        write_page(html, render_compare_html(report), quiet=as_json)
     if as_json:
         print_json(render_compare_json(report))
     else:

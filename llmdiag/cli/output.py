@@ -121,12 +121,17 @@ def write_html(path: Path, result: Verdict | LoadReport | FleetReport, quiet: bo
     from llmdiag.render.html import render_html
 
     text = render_fleet_html(result) if isinstance(result, FleetReport) else render_html(result)
+    write_page(path, text, quiet)
+
+
+def write_page(path: Path, text: str, quiet: bool = False, what: str = "HTML report") -> None:
+    """Write an HTML page atomically (one ERROR/HINT pair if it cannot be) and say where, with its size."""
     try:
         write_atomic(path, text)
     except OSError as exc:
         raise LlmdiagError(f"cannot write {path}: {exc.strerror}", "pick another --html path") from None
     if not quiet:
-        stderr.print(f"[dim]HTML report written to {escape(str(path))} ({len(text.encode()) / 1024:.0f} KB)[/]")
+        stderr.print(f"[dim]{what} written to {escape(str(path))} ({len(text.encode()) / 1024:.0f} KB)[/]")
 
 
 def write_output(path: Path, text: str) -> None:

@@ -8,9 +8,8 @@ from typing import Annotated
 
 import typer
 
-from llmdiag.cli.output import EXIT_OK, escape, fail, print_json, stderr, stdout
+from llmdiag.cli.output import EXIT_OK, fail, print_json, stdout, write_page
 from llmdiag.errors import LlmdiagError
-from llmdiag.render.files import write_atomic
 
 app = typer.Typer(add_completion=False)
 
@@ -40,12 +39,7 @@ def whatif(
         if html is not None:
             from llmdiag.render.html import render_whatif_html
 
-            text = render_whatif_html(prediction)
-            try:
-                write_atomic(html, text)
-            except OSError as exc:
-                raise LlmdiagError(f"cannot write {html}: {exc.strerror}", "pick another --html path") from None
-            stderr.print(f"[dim]HTML written to {escape(str(html))} ({len(text.encode()) / 1024:.0f} KB)[/]")
+            write_page(html, render_whatif_html(prediction), what="HTML")
     except LlmdiagError as error:
         fail(error)
     from llmdiag.render.whatif import render_whatif, render_whatif_json, render_whatif_markdown
