@@ -113,6 +113,8 @@ def late_error(display: str, deadline: Deadline) -> ProbeTimeout:
 def call_within(deadline: Deadline, fn: Callable[[], T], late: Callable[[], BaseException]) -> T:
     """``fn()`` in a worker thread, by ``deadline``: its value, or its exception re-raised here, or ``late()`` when
     the deadline passes first (its sockets shut so that it ends soon; a resolver call is left to finish alone)."""
+    if deadline.expired():
+        raise late()  # nothing is started after the deadline
     outcome: list[tuple[bool, Any]] = []
     done = threading.Event()
     sockets: list[socket.socket] = []

@@ -4,6 +4,7 @@ the same host, and errors in plain words."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 import requests
@@ -160,3 +161,54 @@ def _connection_reason(exc: Exception) -> str:
     if "timed out" in text:
         return "connection timed out"
     return "the connection failed"
+
+
+@dataclass
+class SmallAnswer:
+    """A small answer read whole: its status, headers and body (``too_large``: cut at the cap, body empty)."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    too_large: bool = False
+
+
+def get_small(session: requests.Session, url: str, timeout_seconds: float, max_bytes: int) -> SmallAnswer:
+    """One GET of a small answer (/props, /info, /v1/models, /version), head and body within ``timeout_seconds``
+    in all (or the run's deadline); redirects followed on the same host only. Raises ConnectError or ProbeTimeout
+    when no answer came."""
+    display = redact_url(url)
+    deadline = request_deadline(timeout_seconds)
+
+    def fetch() -> SmallAnswer:
+        target = url
+        for _hop in range(MAX_REDIRECTS + 1):
+            try:
+                resp = session.get(target, stream=True, timeout=deadline.cap(timeout_seconds), allow_redirects=False)
+            except requests.exceptions.Timeout:
+                raise ProbeTimeout(f"{display} did not answer within {timeout_seconds:g} s") from None
+            except requests.exceptions.RequestException as exc:
+                raise ConnectError(f"request to {display} failed: {type(exc).__name__}") from None
+            with resp:
+                if resp.is_redirect:
+                    target = same_host_redirect(url, target, resp.headers.get("Location", ""), resp.status_code)
+                    continue
+                return _read_small(resp, display, max_bytes)
+        raise ConnectError(f"{display} redirected more than {MAX_REDIRECTS} times")
+
+    return call_within(deadline, fetch, lambda: late_error(display, deadline))
+
+
+def _read_small(resp: requests.Response, display: str, max_bytes: int) -> SmallAnswer:
+    headers = dict(resp.headers.items())
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        for chunk in resp.iter_content(chunk_size=64 * 1024):
+            size += len(chunk)
+            if size > max_bytes:
+                return SmallAnswer(resp.status_code, headers, b"", too_large=True)
+            chunks.append(chunk)
+    except requests.exceptions.RequestException as exc:
+        raise ConnectError(f"{display} closed the connection mid-answer ({type(exc).__name__})") from None
+    return SmallAnswer(resp.status_code, headers, b"".join(chunks))
