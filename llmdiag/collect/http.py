@@ -41,6 +41,21 @@ def same_host_redirect(first_url: str, url: str, location: str, status: int) -> 
     return target
 
 
+def status_error(display: str, resp: requests.Response) -> HTTPStatusError:
+    """The HTTPStatusError of an answer >= 400; an overloaded or rate-limiting server's Retry-After is said."""
+    error = HTTPStatusError(display, resp.status_code, resp.reason or "")
+    retry_after = resp.headers.get("Retry-After", "").strip()
+    if resp.status_code in (429, 503):
+        busy = "rate-limits this client" if resp.status_code == 429 else "is overloaded or starting up"
+        wait = (
+            f"; it asks to wait {retry_after}{' s' if retry_after.isdigit() else ''} before asking again"
+            if retry_after
+            else ""
+        )
+        error.hint = f"the server {busy} (HTTP {resp.status_code}){wait}: scan again later, or check its log"
+    return error
+
+
 class HttpMetricsSource:
     """Fetches and parses one metrics page per call. The session is reused across the window."""
 
@@ -74,7 +89,7 @@ class HttpMetricsSource:
                     url = same_host_redirect(self.url, url, resp.headers.get("Location", ""), resp.status_code)
                     continue
                 if resp.status_code >= 400:
-                    raise HTTPStatusError(self.display_url, resp.status_code, resp.reason or "")
+                    raise status_error(self.display_url, resp)
                 content_type = resp.headers.get("Content-Type", "")
                 if "html" in content_type:
                     raise NotMetricsError(f"{self.display_url} returned an HTML page ({content_type}), not metrics")

@@ -160,6 +160,50 @@ def serve_page(body: bytes = PAGE * 3) -> Handler:
     return handle
 
 
+def replay(dumps: list[Path]) -> Handler:
+    """Recorded /metrics dumps one per request, then the last one again (a well-behaved server)."""
+    bodies = [
+        "".join(
+            line for line in p.read_text().splitlines(True) if not line.startswith("# llmdiag-scraped-at:")
+        ).encode()
+        for p in dumps
+    ]
+    served = [0]
+    lock = threading.Lock()
+
+    def handle(conn: Conn, request: Request) -> None:
+        with lock:
+            body = bodies[min(served[0], len(bodies) - 1)]
+            served[0] += 1
+        serve_page(body)(conn, request)
+
+    return handle
+
+
+def first_then(count: int, first: Handler, then: Handler) -> Handler:
+    """The first ``count`` requests as ``first``, every later one as ``then`` (a server that turns slow)."""
+    seen = [0]
+    lock = threading.Lock()
+
+    def handle(conn: Conn, request: Request) -> None:
+        with lock:
+            seen[0] += 1
+            n = seen[0]
+        (first if n <= count else then)(conn, request)
+
+    return handle
+
+
+def routes(by_prefix: dict[str, Handler], default: Handler) -> Handler:
+    """The handler of the longest path prefix that matches, else ``default``."""
+
+    def handle(conn: Conn, request: Request) -> None:
+        matches = [p for p in by_prefix if request.path.startswith(p)]
+        (by_prefix[max(matches, key=len)] if matches else default)(conn, request)
+
+    return handle
+
+
 # --- the server ---------------------------------------------------------------------------------------------------
 
 
