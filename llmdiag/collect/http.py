@@ -103,7 +103,12 @@ class HttpMetricsSource:
         conn = self.connection
         try:
             return self._session.get(
-                url, stream=True, timeout=deadline.cap(conn.timeout_seconds), allow_redirects=False
+                url,
+                stream=True,
+                timeout=deadline.cap(conn.timeout_seconds),
+                allow_redirects=False,
+                # given per request: requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE override the session's False
+                verify=self._session.verify,
             )
         except requests.exceptions.SSLError as exc:
             raise ConnectError(
@@ -199,7 +204,13 @@ def get_small(session: requests.Session, url: str, timeout_seconds: float, max_b
         target = url
         for _hop in range(MAX_REDIRECTS + 1):
             try:
-                resp = session.get(target, stream=True, timeout=deadline.cap(timeout_seconds), allow_redirects=False)
+                resp = session.get(
+                    target,
+                    stream=True,
+                    timeout=deadline.cap(timeout_seconds),
+                    allow_redirects=False,
+                    verify=session.verify,  # per request: see HttpMetricsSource._get
+                )
             except requests.exceptions.Timeout:
                 raise ProbeTimeout(f"{display} did not answer within {timeout_seconds:g} s") from None
             except requests.exceptions.RequestException as exc:

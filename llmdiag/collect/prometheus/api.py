@@ -154,8 +154,13 @@ class PrometheusSource:
         """One POST and its JSON answer (None when it is not JSON): (status, reason, body). A redirect is not
         followed: the credentials must not go to another host."""
         try:
-            resp = self._client().post(
-                url, data=params, timeout=deadline.cap(self.timeout_seconds), allow_redirects=False
+            client = self._client()
+            resp = client.post(
+                url,
+                data=params,
+                timeout=deadline.cap(self.timeout_seconds),
+                allow_redirects=False,
+                verify=client.verify,  # per request: requests lets REQUESTS_CA_BUNDLE override the session's
             )
         except requests.exceptions.SSLError:
             raise ConnectError(
@@ -226,11 +231,13 @@ class PrometheusSource:
         deadline = request_deadline(self.timeout_seconds)
 
         def get() -> Any:
-            resp = self._client().get(
+            client = self._client()
+            resp = client.get(
                 f"{self.url}/api/v1/targets",
                 params={"state": "active"},
                 timeout=deadline.cap(self.timeout_seconds),
                 allow_redirects=False,
+                verify=client.verify,
             )
             with resp:
                 return resp.json() if resp.status_code == 200 else None
