@@ -136,7 +136,7 @@ def call_within(deadline: Deadline, fn: Callable[[], T], late: Callable[[], Base
         raise late()
     ok, value = outcome[0]
     if ok:
-        return value  # type: ignore[no-any-return]
+        return value
     raise value
 
 
