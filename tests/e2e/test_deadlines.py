@@ -167,3 +167,21 @@ def test_run_bounded_gives_up_on_jobs_past_the_run_deadline():
     assert results[0] == "done 1"
     assert results[1].startswith("late 2") and not results[1].endswith("(0)")
     assert results[2] == "late 3 (0)"
+
+
+def test_a_small_api_answer_ends_by_the_client_timeout():
+    """/v1/models (and /version, /info, /props, /tokenize through request_json) dripped: the whole answer must come
+    within the client's timeout, not merely each byte."""
+    import asyncio
+
+    from llmdiag.client.openai import OpenAIClient
+
+    async def ask(url: str) -> list[str]:
+        async with OpenAIClient(url, timeout_seconds=1.0) as client:
+            return await client.models()
+
+    with HostileServer(drip_head(0.3)) as server:
+        outcome, seconds = elapsed_of(lambda: asyncio.run(ask(server.url)))
+    assert isinstance(outcome, ProbeTimeout), outcome
+    assert "/v1/models" in outcome.message
+    assert seconds < 1.0 + SLACK_SECONDS
