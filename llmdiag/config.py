@@ -97,6 +97,8 @@ class CheckDefaults(BaseModel):
     baseline_min_checks: int = Field(default=5, ge=1)
     # targets checked at once
     concurrency: int = Field(default=4, ge=1, le=64)
+    # the whole run's deadline; default: llmdiag.api.check.default_deadline_seconds (waves of targets)
+    deadline_seconds: float | None = Field(default=None, gt=0)
     textfile: Path | None = None
     pushgateway: str | None = None
 

@@ -7,12 +7,18 @@ States follow the Nagios plugin conventions: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKN
 - no finding and a ``healthy`` or ``idle`` verdict → OK; an ``unknown`` verdict (too little evidence) → UNKNOWN;
 - a target that could not be diagnosed at all (unreachable, refused, not a metrics page) → UNKNOWN.
 
+Deadlines: each target ends by its own (its window + its timeout + the scan's margin + a second for the verdict),
+and the whole run by ``deadline_seconds`` (``[check] deadline_seconds``; by default every wave of ``concurrency``
+targets at the longest target's deadline, plus a margin: ``default_deadline_seconds``). A target not done by
+either is UNKNOWN, saying it did not finish in time: never a hang.
+
 Several targets give the worst state, ranked CRITICAL > WARNING > UNKNOWN > OK (the usual order of Nagios
 aggregating checks: a real problem somewhere outranks "could not look" elsewhere).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -20,8 +26,9 @@ from llmdiag._version import __version__
 from llmdiag.api.runner import run_bounded
 from llmdiag.api.scan import diagnose
 from llmdiag.api.targets import connection_for
+from llmdiag.client.deadline import Deadline, within
 from llmdiag.client.endpoint import Connection, redact_url
-from llmdiag.collect.live import TelemetryOptions
+from llmdiag.collect.live import SCAN_MARGIN_SECONDS, TelemetryOptions
 from llmdiag.collect.prometheus.api import PrometheusSource
 from llmdiag.config import Settings, Target
 from llmdiag.errors import LlmdiagError, option
@@ -102,6 +109,31 @@ def history_row(result: TargetResult, at_unix: float) -> CheckRow:
     return row
 
 
+# what a target may take beyond its scan's own deadline: the verdict, the baseline, the history's read
+TARGET_MARGIN_SECONDS = 1.0
+# what the whole run may take beyond its waves of targets: starting the workers, writing the history
+RUN_MARGIN_SECONDS = 5.0
+
+
+def target_deadline_seconds(target: Target, window_seconds: float, connection: Connection | None = None) -> float:
+    """One target's deadline: its window + its timeout + the scan's margin + TARGET_MARGIN_SECONDS."""
+    timeout = connection.timeout_seconds if connection is not None else target.timeout_seconds
+    return (target.window_seconds or window_seconds) + timeout + SCAN_MARGIN_SECONDS + TARGET_MARGIN_SECONDS
+
+
+def default_deadline_seconds(
+    targets: list[Target], settings: Settings, window_seconds: float, connections: dict[str, Connection] | None = None
+) -> float:
+    """The run's default total: ceil(targets / concurrency) waves, each as long as the longest target's deadline,
+    plus RUN_MARGIN_SECONDS."""
+    connections = connections or {}
+    if not targets:
+        return RUN_MARGIN_SECONDS
+    longest = max(target_deadline_seconds(t, window_seconds, connections.get(t.name)) for t in targets)
+    waves = math.ceil(len(targets) / settings.check.concurrency)
+    return waves * longest + RUN_MARGIN_SECONDS
+
+
 def run_check(
     targets: list[Target],
     settings: Settings,
@@ -109,16 +141,56 @@ def run_check(
     history: History | None = None,
     connections: dict[str, Connection] | None = None,
     clock: Callable[[], float] = time.time,
+    deadline_seconds: float | None = None,
 ) -> CheckReport:
     """Check every target (``settings.check.concurrency`` at once); one failing target is UNKNOWN, the others
-    are still checked. Each result is appended to the history when there is one."""
+    are still checked. Each result is appended to the history when there is one.
+
+    The run ends by ``deadline_seconds`` (else ``settings.check.deadline_seconds``, else
+    ``default_deadline_seconds``) and each target by its own deadline; a target past either is UNKNOWN."""
     now = clock()
     connections = connections or {}
+    total_seconds = deadline_seconds or settings.check.deadline_seconds
+    if total_seconds is None:
+        total_seconds = default_deadline_seconds(targets, settings, window_seconds, connections)
+    total = Deadline.after(total_seconds, "the check's deadline")
+    muted = [f"{m.code.upper()}: {m.reason}" for m in settings.mute]
+
+    def one(target: Target) -> TargetResult:
+        own = Deadline.after(target_deadline_seconds(target, window_seconds, connections.get(target.name)))
+        with within(Deadline(own.end, own.seconds, "its deadline").sooner(total)):
+            return check_target(target, settings, window_seconds, history, now, connections.get(target.name))
+
+    def late(target: Target, seconds: float) -> TargetResult:
+        own = target_deadline_seconds(target, window_seconds, connections.get(target.name))
+        if seconds <= 0:
+            why = f"not checked: {total.describe()} passed before its turn"
+        elif total.expired():
+            why = f"did not finish in time: {total.describe()} passed while it was checked"
+        else:
+            why = f"did not finish in time: its deadline ({own:g} s: window, timeout and margins) passed"
+        return TargetResult(
+            name=target.name,
+            url=redact_url(target.url),
+            state=State.UNKNOWN,
+            error=why,
+            hint=f"check that the server answers quickly, or raise {option('deadline_seconds')} "
+            "([check] deadline_seconds in llmdiag.toml)",
+            muted=muted,
+        )
+
     results = run_bounded(
         targets,
-        lambda t: check_target(t, settings, window_seconds, history, now, connections.get(t.name)),
+        one,
         settings.check.concurrency,
+        # a backstop: the scan's own deadline ends the target first, in its own words
+        timeout_seconds=max(target_deadline_seconds(t, window_seconds, connections.get(t.name)) for t in targets)
+        + TARGET_MARGIN_SECONDS
+        if targets
+        else None,
+        on_timeout=late,
         name="llmdiag-check",
+        deadline=total,
     )
     report = CheckReport(
         state=worst([r.state for r in results]),
@@ -136,19 +208,23 @@ def run_prometheus_check(
     window_seconds: float | None = None,
     history: History | None = None,
     clock: Callable[[], float] = time.time,
+    deadline_seconds: float | None = None,
 ) -> CheckReport:
     """`check --prometheus`: every instance of the selector over the last window, read from PromQL, one target
     each (named by its instance key, which is also its history key), plus the fleet rules across them.
 
     An instance Prometheus lists but holds no server data for is UNKNOWN with the reason; the fleet rules'
     findings count like a target's (critical → CRITICAL). Prometheus unreachable or refusing raises, and the CLI
-    makes that UNKNOWN."""
+    makes that UNKNOWN; so do queries still unanswered at ``deadline_seconds`` (each query also ends by the
+    source's timeout)."""
     from llmdiag.api.fleet import fleet_from_prometheus
     from llmdiag.collect.prometheus.build import collect_prometheus
     from llmdiag.engine.baseline import add_baseline_signals
 
     now = clock()
-    result = collect_prometheus(source, selector, now, window_seconds)
+    total_seconds = deadline_seconds or settings.check.deadline_seconds
+    with within(Deadline.after(total_seconds, "the check's deadline") if total_seconds else None):
+        result = collect_prometheus(source, selector, now, window_seconds)
     muted = [f"{m.code.upper()}: {m.reason}" for m in settings.mute]
     baselines: dict[str, str] = {}
     if history is not None:

@@ -95,6 +95,15 @@ def check(
             "--duration", "-d", help="Seconds to watch each target (default: \\[check] window_seconds, 10).", min=1.0
         ),
     ] = None,
+    deadline: Annotated[
+        float | None,
+        typer.Option(
+            "--deadline",
+            help="Seconds the whole check may take; a target not done by then is UNKNOWN (default: \\[check] "
+            "deadline_seconds, or each wave of targets at window + timeout + 3 s, plus 5 s).",
+            min=1.0,
+        ),
+    ] = None,
     *,
     connection: ConnectionFlags,
     telemetry: TelemetryFlags,
@@ -108,10 +117,12 @@ def check(
         textfile = output.textfile_folder(settings)
         store = output.history_store(settings)
         if source is not None:
-            report = run_prometheus_check(source, prometheus.selector, settings, duration, store)
+            report = run_prometheus_check(
+                source, prometheus.selector, settings, duration, store, deadline_seconds=deadline
+            )
         else:
             window = duration or settings.check.window_seconds
-            report = run_check(targets, settings, window, store, connections=connections)
+            report = run_check(targets, settings, window, store, connections=connections, deadline_seconds=deadline)
     except LlmdiagError as error:
         check_unknown(error.message, error.hint)
     publish(report, textfile, output.pushgateway or settings.check.pushgateway)

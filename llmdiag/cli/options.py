@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 FLAG_NAMES = {
     "ca_file": "--prometheus-ca",
+    "deadline_seconds": "--deadline",
     "duration_seconds": "--duration",
     "end_unix": "--to",
     "headers": "--header",

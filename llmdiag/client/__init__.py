@@ -15,6 +15,8 @@ load runners, all measured from the client side. By module:
                 in a thread for sync code, shaped by a LoadShape and counted in a LoadTally; check_target: load goes
                 to this machine unless allowed elsewhere
     endpoint    Connection: where and how to reach a server (URLs, headers, secrets); URLs normalised and redacted
+    deadline    Deadline: the latest a request, a scan or a check may end (a context variable for a run's);
+                call_within() runs a blocking read by it, shutting its sockets when it passes (a slow drip, DNS)
 
 Why a small HTTP/1.1 client of its own instead of aiohttp or httpx: the cost and the accuracy of the per-token
 path. Each SSE event is timestamped in ``data_received``, when the bytes come off the socket, not after a task

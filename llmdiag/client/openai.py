@@ -269,8 +269,8 @@ class OpenAIClient:
         raise failure or OSError(f"{self.host} resolves to no address")
 
     async def request_json(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """One small JSON request (GET /v1/models, POST /tokenize): (status, parsed body or None).
-        Raises ConnectError, ProbeTimeout or ProbeError when no HTTP answer came."""
+        """One small JSON request (GET /v1/models, POST /tokenize): (status, parsed body or None), the whole answer
+        within ``timeout_seconds``. Raises ConnectError, ProbeTimeout or ProbeError when no HTTP answer came."""
         payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         request = b"%s %s%s HTTP/1.1\r\n%sAccept: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
             method.encode(),
@@ -281,8 +281,13 @@ class OpenAIClient:
             payload,
         )
         result = self.new_result()
-        answer = await self._exchange(request, result, chat=False, completion=False)
         url = f"{self.display_url}{path}"
+        try:  # a small answer comes whole within the timeout: a server dripping it cannot hold the caller
+            answer = await asyncio.wait_for(
+                self._exchange(request, result, chat=False, completion=False), self.timeout_seconds
+            )
+        except asyncio.TimeoutError:
+            raise ProbeTimeout(f"{url} did not send its whole answer within {self.timeout_seconds:g} s") from None
         if result.error_kind == "connect":
             raise ConnectError(result.error or f"cannot connect to {url}")
         if result.error_kind == "timeout":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 
+from llmdiag.client.deadline import current
 from llmdiag.client.endpoint import Connection, redact_url
 from llmdiag.client.openai import ClientOptions, OpenAIClient
 from llmdiag.client.prompts import PromptFactory
@@ -26,6 +27,7 @@ CANARY_OUTPUT_TOKENS = 32
 CANARY_INTERVAL_SECONDS = 1.0
 CANARY_MAX_REQUESTS = 12
 CANARY_TIMEOUT_SECONDS = 30.0
+STOP_SECONDS = 30.0  # the longest the canaries' thread is waited for at the window's end
 LABEL = "canary requests"
 # the signals a scan with canaries adds are declared in probes/signals.toml (producer "canary"); rules may read them
 # the canary in flight at the window's last scrape: the server has counted its prompt and some of its output, but
@@ -61,6 +63,7 @@ class Canary:
         self.prompts: PromptFactory | None = None
         self.load: BackgroundLoad | None = None
         self.failed: str | None = None
+        self.deadline = current()  # the scan's: the canaries start, stream and stop by it
 
     async def _prepare(self, client: OpenAIClient) -> None:
         self.prompts = PromptFactory(client, seed=self.rng.randrange(1 << 30))
@@ -97,16 +100,27 @@ class Canary:
             prepare=self._prepare,
             name="llmdiag-canary",
         )
+        ready_seconds = max(10.0, self.connection.timeout_seconds * 2)
+        if self.deadline is not None:  # the window waits for the start: it may use the scan's spare time, no more
+            spare = self.deadline.remaining() - self.duration_seconds - 1.0
+            ready_seconds = max(0.5, min(ready_seconds, spare))
         try:
-            self.load.start(ready_timeout_seconds=max(10.0, self.connection.timeout_seconds * 2))
+            self.load.start(ready_timeout_seconds=ready_seconds)
         except (LlmdiagError, OSError) as exc:
             self.failed = str(getattr(exc, "message", exc))
-            self.load.stop()
+            self.load.stop(self._stop_seconds())
+
+    def _stop_seconds(self) -> float:
+        """How long the canaries' thread is waited for once cancelled: by the scan's deadline (its thread is a
+        daemon: one that has not ended by then is left behind, not waited for)."""
+        if self.deadline is None:
+            return STOP_SECONDS
+        return max(0.5, min(STOP_SECONDS, self.deadline.remaining()))
 
     def finish(self) -> SignalSet | SourceInfo:
         if self.load is None:
             return unavailable_source("canary", LABEL, f"{LABEL}: not sent")
-        self.load.stop()
+        self.load.stop(self._stop_seconds())
         if self.failed is not None:
             return unavailable_source("canary", LABEL, f"{LABEL}: unavailable ({self.failed})")
         results = list(self.load.results)

@@ -22,11 +22,10 @@ import json
 from dataclasses import dataclass, field
 from functools import cache
 
-import requests
-
+from llmdiag.client.deadline import current, deadline_session
 from llmdiag.client.endpoint import Connection, redact_url
 from llmdiag.collect.exposition import Scrape, parse_exposition
-from llmdiag.collect.http import HttpMetricsSource
+from llmdiag.collect.http import HttpMetricsSource, get_small
 from llmdiag.errors import (
     ConnectError,
     HTTPStatusError,
@@ -123,7 +122,7 @@ class _Looker:
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
-        self.session = requests.Session()
+        self.session = deadline_session()
         self.session.headers.update({"User-Agent": "llmdiag"})
         self.session.headers.update(connection.headers)
         if connection.api_key:
@@ -133,18 +132,21 @@ class _Looker:
         self.timeout = min(connection.timeout_seconds, PROBE_TIMEOUT_SECONDS)
 
     def get_json(self, path: str) -> object | None:
-        try:
-            resp = self.session.get(f"{self.connection.base_url}{path}", timeout=self.timeout)
-        except requests.exceptions.RequestException:
+        """The JSON answer of GET ``path``, or None (no answer, not 200, not JSON, too large, past the deadline)."""
+        deadline = current()
+        if deadline is not None and deadline.expired():
             return None
-        with resp:
-            self.headers += [(path, k.lower(), v) for k, v in resp.headers.items()]
-            if resp.status_code != 200 or len(resp.content) > MAX_JSON_BYTES:
-                return None
-            try:
-                return json.loads(resp.content)
-            except ValueError:
-                return None
+        try:
+            answer = get_small(self.session, f"{self.connection.base_url}{path}", self.timeout, MAX_JSON_BYTES)
+        except ProbeError:
+            return None
+        self.headers += [(path, k.lower(), v) for k, v in answer.headers.items()]
+        if answer.status != 200 or answer.too_large:
+            return None
+        try:
+            return json.loads(answer.body)
+        except ValueError:
+            return None
 
     def close(self) -> None:
         self.session.close()

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from llmdiag.client.deadline import Deadline, current, within
 from llmdiag.client.endpoint import Connection
 from llmdiag.collect import DEFAULT_DURATION_SECONDS
 from llmdiag.collect.canary import Canary
@@ -29,6 +30,17 @@ from llmdiag.schema.probes import ProbeSpec
 
 DEFAULT_INTERVAL_SECONDS = 1.0
 MIN_SCRAPES = 3
+# a scan ends by its window + one timeout + this, however slowly the server answers: detection, the reads, the
+# canaries' stop and the one-off reads after the window (llama.cpp's /props) all run under that deadline
+SCAN_MARGIN_SECONDS = 2.0
+# a read is not started with less of the scan's time left than this
+MIN_READ_SECONDS = 0.5
+
+
+def scan_deadline(duration_seconds: float, timeout_seconds: float) -> Deadline:
+    """The latest a live scan may end: ``duration_seconds + timeout_seconds + SCAN_MARGIN_SECONDS`` from now."""
+    return Deadline.after(duration_seconds + timeout_seconds + SCAN_MARGIN_SECONDS, "the scan's deadline")
+
 
 ProgressCallback = Callable[[int, int], None]
 # judged on the window so far after each scrape, with the seconds it has run: True ends the window there
@@ -126,8 +138,23 @@ def collect_live(
     left out with a line in the coverage; the rules that need it are then skipped, never fed zeros.
     """
     telemetry = telemetry or TelemetryOptions(nvml="off", host=False)
-    first, first_at, why = None, None, ""
     scrape_plan(duration_seconds)  # a bad --duration is said before anything is fetched
+    with within(scan_deadline(duration_seconds, connection.timeout_seconds)):
+        return _collect(connection, duration_seconds, probe, on_progress, clock, sleep, telemetry, canary, settled)
+
+
+def _collect(
+    connection: Connection,
+    duration_seconds: float,
+    probe: str | None,
+    on_progress: ProgressCallback | None,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    telemetry: TelemetryOptions,
+    canary: bool,
+    settled: SettledCallback | None,
+) -> SignalSet:
+    first, first_at, why = None, None, ""
     if probe is None:  # which server: worked out from its page (reused as the first scrape) or its endpoints
         from llmdiag.collect.detect import detect_for_scan
 
@@ -208,6 +235,8 @@ class _LiveWindow:
             # telemetry due before (or with) the server's next scrape goes first
             source = min(active, key=lambda s: due[id(s)]) if active else self.server
             wait = (due[id(source)] if source is not self.server else server_due) - self.clock()
+            if self._past_deadline(wait):
+                break
             if wait > 0:
                 self.sleep(wait)
             if source is self.server:
@@ -220,6 +249,18 @@ class _LiveWindow:
                 _read(source, len(source.scrapes) + 1, 0)
                 # never fall behind by more than one interval: a slow read skips samples, it does not pile them up
                 due[id(source)] = max(due[id(source)] + source.interval_seconds, self.clock())
+
+    def _past_deadline(self, wait: float) -> bool:
+        """True (and said in the server's failures) when the next read would start after the scan's deadline: a
+        slow server has used the time, and the window ends with the scrapes it has."""
+        deadline = current()
+        if deadline is None or wait < deadline.remaining() - MIN_READ_SECONDS:
+            return False
+        self.server.failures.append(
+            f"the window was cut short at {deadline.describe()}: {len(self.server.scrapes)} of {self.count} "
+            "scrapes read (the server answered slowly)"
+        )
+        return True
 
     def _judged_settled(self, start: float) -> bool:
         """The window so far, handed to ``settled`` (if given): the server's signals with each source read twice or

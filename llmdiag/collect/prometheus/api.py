@@ -10,6 +10,7 @@ from typing import Any
 
 import requests
 
+from llmdiag.client.deadline import Deadline, call_within, deadline_session, request_deadline
 from llmdiag.client.endpoint import normalise_base_url, parse_header, redact_url
 from llmdiag.errors import ConnectError, ProbeTimeout, PrometheusQueryError, UsageError, option
 
@@ -106,7 +107,7 @@ class PrometheusSource:
     # -- requests ---------------------------------------------------------------------------------------------
     def _client(self) -> requests.Session:
         if self._session is None:
-            session = requests.Session()
+            session = deadline_session()
             session.headers.update({"User-Agent": "llmdiag", "Accept": "application/json"})
             session.headers.update(self.headers)
             if self.token:
@@ -134,8 +135,33 @@ class PrometheusSource:
         """POST (form) to ``/api/v1/<path>``; the ``data`` of a success, or a PrometheusQueryError in plain words."""
         url = f"{self.url}/api/v1/{path}"
         self.queries += 1
+        deadline = request_deadline(self.timeout_seconds)
+        status, reason_text, body = call_within(
+            deadline,
+            lambda: self._post(url, params, what, deadline),
+            lambda: ProbeTimeout(
+                f"Prometheus at {self.display_url} did not finish answering {what} within {deadline.describe()}",
+                f"narrow {option('selector')} or the time range, or raise {option('timeout_seconds')}",
+            ),
+        )
+        if isinstance(body, dict) and body.get("status") == "success":
+            for warning in body.get("warnings") or []:
+                self.warnings.append(f"{what}: Prometheus warned: {self._scrub(str(warning))}")
+            return body.get("data")
+        return self._refused(path, what, status, reason_text, body)
+
+    def _post(self, url: str, params: dict[str, str], what: str, deadline: Deadline) -> tuple[int, str, Any]:
+        """One POST and its JSON answer (None when it is not JSON): (status, reason, body). A redirect is not
+        followed: the credentials must not go to another host."""
         try:
-            resp = self._client().post(url, data=params, timeout=self.timeout_seconds)
+            client = self._client()
+            resp = client.post(
+                url,
+                data=params,
+                timeout=deadline.cap(self.timeout_seconds),
+                allow_redirects=False,
+                verify=client.verify,  # per request: requests lets REQUESTS_CA_BUNDLE override the session's
+            )
         except requests.exceptions.SSLError:
             raise ConnectError(
                 f"TLS handshake with {self.display_url} failed",
@@ -154,31 +180,37 @@ class PrometheusSource:
         except requests.exceptions.RequestException as exc:
             raise ConnectError(f"request to {self.display_url} failed: {type(exc).__name__}") from None
         with resp:
+            if resp.is_redirect:
+                raise ConnectError(
+                    f"Prometheus at {self.display_url} redirects {what} (HTTP {resp.status_code}) to "
+                    f"{redact_url(resp.headers.get('Location', '?'))}; not followed, so that no credentials go there",
+                    f"give the URL it redirects to as {option('prometheus')}",
+                )
             try:
                 body = resp.json()
             except ValueError:
                 body = None
-        if isinstance(body, dict) and body.get("status") == "success":
-            for warning in body.get("warnings") or []:
-                self.warnings.append(f"{what}: Prometheus warned: {self._scrub(str(warning))}")
-            return body.get("data")
+            return resp.status_code, resp.reason or "", body
+
+    def _refused(self, path: str, what: str, status_code: int, reason_text: str, body: Any) -> Any:
+        """The PrometheusQueryError for an answer that is not a success, in plain words."""
         reason = ""
         if isinstance(body, dict):
             reason = f"{body.get('errorType', 'error')}: {body.get('error', '')}".strip(": ")
-        if resp.status_code in (401, 403):
+        if status_code in (401, 403):
             raise PrometheusQueryError(
-                f"{self.display_url} answered HTTP {resp.status_code} to {what}" + (f" ({reason})" if reason else ""),
+                f"{self.display_url} answered HTTP {status_code} to {what}" + (f" ({reason})" if reason else ""),
                 f"give credentials: {option('token_env')}/{option('token_file')}, {option('user')} with "
                 f"{option('password_env')}, or {option('headers')} (e.g. 'X-Scope-OrgID: tenant' for Mimir)",
             )
-        if resp.status_code == 404:
+        if status_code == 404:
             raise PrometheusQueryError(
                 f"{self.display_url} has no /api/v1/{path} (HTTP 404)",
                 "give the Prometheus base URL (for Mimir, its /prometheus prefix)",
             )
-        status = f"HTTP {resp.status_code}" if resp.status_code != 200 else "an error"
+        status = f"HTTP {status_code}" if status_code != 200 else "an error"
         raise PrometheusQueryError(
-            f"Prometheus answered {status} to {what}: {self._scrub(reason) or (resp.reason or 'no error text')}"
+            f"Prometheus answered {status} to {what}: {self._scrub(reason) or (reason_text or 'no error text')}"
         )
 
     def query(self, expr: str, at_unix: float) -> list[dict]:
@@ -196,12 +228,23 @@ class PrometheusSource:
     def targets(self) -> list[dict] | None:
         """Active targets (Prometheus only; Mimir and Thanos have none): None when the API is not there."""
         self.queries += 1
-        try:
-            resp = self._client().get(
-                f"{self.url}/api/v1/targets", params={"state": "active"}, timeout=self.timeout_seconds
+        deadline = request_deadline(self.timeout_seconds)
+
+        def get() -> Any:
+            client = self._client()
+            resp = client.get(
+                f"{self.url}/api/v1/targets",
+                params={"state": "active"},
+                timeout=deadline.cap(self.timeout_seconds),
+                allow_redirects=False,
+                verify=client.verify,
             )
-            body = resp.json() if resp.status_code == 200 else None
-        except (requests.exceptions.RequestException, ValueError):
+            with resp:
+                return resp.json() if resp.status_code == 200 else None
+
+        try:
+            body = call_within(deadline, get, lambda: ProbeTimeout("late"))
+        except (requests.exceptions.RequestException, ValueError, ProbeTimeout):
             return None
         if not isinstance(body, dict) or body.get("status") != "success":
             return None

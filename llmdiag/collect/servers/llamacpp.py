@@ -19,13 +19,14 @@ has it (probes/llamacpp.toml); a recent build's is unavailable with the reason, 
 
 from __future__ import annotations
 
-import requests
+import json
 
 from llmdiag.client.endpoint import Connection
 from llmdiag.model import Signal, SignalSet
 
 PROPS_PATH = "/props"
 PROPS_TIMEOUT_SECONDS = 3.0
+MAX_PROPS_BYTES = 1024 * 1024
 ITL_SOURCE = (
     "derived: Δ llamacpp:tokens_predicted_seconds_total / Δ llamacpp:tokens_predicted_total (generation time summed "
     "over slots per generated token, added when each request ends: the mean time per output token; no percentiles)"
@@ -78,27 +79,34 @@ def _itl(signal_set: SignalSet) -> Signal:
 
 
 def read_props(connection: Connection) -> list[Signal]:
-    """The slot count and each slot's context from ``GET /props``; unavailable signals with the reason otherwise."""
+    """The slot count and each slot's context from ``GET /props``; unavailable signals with the reason otherwise.
+    One read, within its timeout and the scan's deadline."""
+    from llmdiag.client.deadline import deadline_session
+    from llmdiag.collect.http import get_small
+    from llmdiag.errors import ProbeError
+
     url = connection.base_url.rstrip("/") + PROPS_PATH
-    headers = {"User-Agent": "llmdiag", **connection.headers}
+    session = deadline_session()
+    session.headers.update({"User-Agent": "llmdiag", **connection.headers})
     if connection.api_key:
-        headers["Authorization"] = f"Bearer {connection.api_key}"
+        session.headers["Authorization"] = f"Bearer {connection.api_key}"
+    session.verify = not connection.insecure
     why = ""
     body: object = None
     try:
-        resp = requests.get(
-            url,
-            headers=headers,
-            timeout=min(connection.timeout_seconds, PROPS_TIMEOUT_SECONDS),
-            verify=not connection.insecure,
-        )
-        with resp:
-            if resp.status_code != 200:
-                why = f"GET {PROPS_PATH} answered HTTP {resp.status_code}"
-            else:
-                body = resp.json()
-    except (requests.exceptions.RequestException, ValueError) as exc:
-        why = f"GET {PROPS_PATH} failed: {type(exc).__name__}"
+        answer = get_small(session, url, min(connection.timeout_seconds, PROPS_TIMEOUT_SECONDS), MAX_PROPS_BYTES)
+        if answer.status != 200:
+            why = f"GET {PROPS_PATH} answered HTTP {answer.status}"
+        elif answer.too_large:
+            why = f"GET {PROPS_PATH} answered more than {MAX_PROPS_BYTES // 1024} KiB"
+        else:
+            body = json.loads(answer.body)
+    except ProbeError as exc:
+        why = f"GET {PROPS_PATH} failed: {exc.message}"
+    except ValueError:
+        why = f"GET {PROPS_PATH} did not answer JSON"
+    finally:
+        session.close()
     return props_signals(body, why)
 
 
