@@ -109,8 +109,9 @@ def history_row(result: TargetResult, at_unix: float) -> CheckRow:
     return row
 
 
-# what a target may take beyond its scan's own deadline: the verdict, the baseline, the history's read
-TARGET_MARGIN_SECONDS = 1.0
+# what a target may take beyond its scan's own deadline: the verdict, the baseline, the history's read (on a
+# starved 2-core machine the rules alone can take seconds)
+TARGET_MARGIN_SECONDS = 5.0
 # what the whole run may take beyond its waves of targets: starting the workers, writing the history
 RUN_MARGIN_SECONDS = 5.0
 
