@@ -31,7 +31,7 @@ from llmdiag.client.endpoint import Connection, redact_url
 from llmdiag.collect.live import SCAN_MARGIN_SECONDS, TelemetryOptions
 from llmdiag.collect.prometheus.api import PrometheusSource
 from llmdiag.config import Settings, Target
-from llmdiag.errors import LlmdiagError, option
+from llmdiag.errors import LlmdiagError, ProbeTimeout, option
 from llmdiag.history import CheckRow, History
 from llmdiag.model import Severity
 from llmdiag.model.check import CheckReport, State, TargetResult, state_of, worst
@@ -70,9 +70,9 @@ def check_target(
             baseline=baseline,
         )
     except LlmdiagError as error:
-        return TargetResult(
-            name=target.name, url=url, state=State.UNKNOWN, error=error.message, hint=error.hint, muted=muted
-        )
+        # a read past its timeout or past a deadline: said the same way as a target the run gave up on
+        message = f"did not finish in time: {error.message}" if isinstance(error, ProbeTimeout) else error.message
+        return TargetResult(name=target.name, url=url, state=State.UNKNOWN, error=message, hint=error.hint, muted=muted)
     verdict.target = f"{target.name} ({verdict.target})"
     return TargetResult(
         name=target.name,
@@ -109,8 +109,9 @@ def history_row(result: TargetResult, at_unix: float) -> CheckRow:
     return row
 
 
-# what a target may take beyond its scan's own deadline: the verdict, the baseline, the history's read
-TARGET_MARGIN_SECONDS = 1.0
+# what a target may take beyond its scan's own deadline: the verdict, the baseline, the history's read (on a
+# starved 2-core machine the rules alone can take seconds)
+TARGET_MARGIN_SECONDS = 5.0
 # what the whole run may take beyond its waves of targets: starting the workers, writing the history
 RUN_MARGIN_SECONDS = 5.0
 

@@ -100,7 +100,7 @@ def check(
         typer.Option(
             "--deadline",
             help="Seconds the whole check may take; a target not done by then is UNKNOWN (default: \\[check] "
-            "deadline_seconds, or each wave of targets at window + timeout + 3 s, plus 5 s).",
+            "deadline_seconds, or each wave of targets at window + timeout + 7 s, plus 5 s).",
             min=1.0,
         ),
     ] = None,

@@ -246,13 +246,21 @@ class ConnectionFlags:
     metrics_url: MetricsUrlOpt = None
     header: HeaderOpt = None
     api_key: ApiKeyOpt = None
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each HTTP answer.")] = 5.0
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds each HTTP request may take in all (head and body).")
+    ] = 5.0
     insecure: InsecureOpt = False
 
     def connection(self, url: str, max_metrics_bytes: int = DEFAULT_MAX_METRICS_BYTES) -> Connection:
         """How to reach the server at ``url`` (load builds these flags from its own)."""
         if self.timeout <= 0:
             raise UsageError(f"--timeout must be positive, got {self.timeout:g}")
+        if self.insecure:  # asked for: urllib3's warning on every scrape would only bury the report
+            import warnings
+
+            from urllib3.exceptions import InsecureRequestWarning
+
+            warnings.filterwarnings("ignore", category=InsecureRequestWarning)
         return Connection(
             base_url=url,
             metrics_url=self.metrics_url,

@@ -41,7 +41,7 @@ T = TypeVar("T")
 MIN_WAIT_SECONDS = 0.05
 # after the deadline, how long the worker gets to unwind once its sockets are shut (it is abandoned after that)
 UNWIND_SECONDS = 0.5
-REQUEST_GRACE_SECONDS = 0.25
+REQUEST_GRACE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)

@@ -103,3 +103,30 @@ def test_an_undiagnosed_target_is_a_row_with_its_error_and_no_numbers():
         None,
         "",
     )
+
+
+def test_the_default_run_deadline_is_waves_of_the_longest_target():
+    """The contract `check` across many targets relies on: the run's default total is ceil(targets / concurrency)
+    waves, each as long as the longest target's own deadline (its window + its timeout + margins), plus a margin;
+    `[check] deadline_seconds` and the explicit argument replace it."""
+    from llmdiag.api.check import RUN_MARGIN_SECONDS, default_deadline_seconds, target_deadline_seconds
+    from llmdiag.config import CheckDefaults
+
+    short = [Target(name=f"t{i}", url=f"http://t{i}:8000") for i in range(8)]
+    slow = Target(name="slow", url="http://slow:8000", window_seconds=30, timeout_seconds=20)
+    settings = Settings(check=CheckDefaults(concurrency=4))
+    per_target = target_deadline_seconds(short[0], 10.0)
+    assert per_target > 10.0 + 5.0  # more than the window and the timeout
+    assert target_deadline_seconds(slow, 10.0) > per_target + 20 + 15 - 1  # its own window and timeout count
+    assert default_deadline_seconds(short, settings, 10.0) == 2 * per_target + RUN_MARGIN_SECONDS
+    assert default_deadline_seconds(short[:4], settings, 10.0) == per_target + RUN_MARGIN_SECONDS
+    with_slow = default_deadline_seconds([*short, slow], settings, 10.0)
+    assert with_slow == 3 * target_deadline_seconds(slow, 10.0) + RUN_MARGIN_SECONDS
+
+
+def test_a_run_past_its_deadline_says_each_target_was_not_checked():
+    """A zero-length budget: no target starts, each is UNKNOWN saying so, and the run still returns a report."""
+    report = run_check([unconfigured("a"), unconfigured("b")], Settings(), 3.0, deadline_seconds=1e-9)
+    assert [r.state for r in report.targets] == [State.UNKNOWN, State.UNKNOWN]
+    assert all("not checked" in (r.error or "") and "check's deadline" in (r.error or "") for r in report.targets)
+    assert report.state is State.UNKNOWN
