@@ -120,6 +120,12 @@ class History:
             history.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise HistoryError(f"cannot create the history folder {history.path.parent}: {exc.strerror}") from None
+        trouble = disk_trouble(history.path.parent)
+        if trouble:  # said before SQLite leaves a half-made -wal or -shm file there (which then blocks readers)
+            raise HistoryError(
+                f"cannot write the history {history.path}{trouble}",
+                f"give {option('history')} a file on another disk, or pass {option('no_history')}",
+            )
         with history._connect() as db:
             history._migrate(db)
         return history

@@ -141,6 +141,8 @@ def main() -> None:
     previous_sigterm = signal.signal(signal.SIGTERM, on_sigterm) if on_main_thread else None
     try:
         code = app(standalone_mode=False)
+        if code == EXIT_INTERRUPTED:  # typer turns Ctrl-C into this exit code itself, silently
+            stderr.print("interrupted")
     except typer.TyperException as exc:  # typer's own usage errors: same one-line contract as ours
         code = usage_error(exc)
     except (KeyboardInterrupt, typer.Abort):
