@@ -77,6 +77,36 @@ class CheckRow:
 COLUMNS = [f.name for f in fields(CheckRow)]
 
 
+def disk_trouble(folder: Path) -> str:
+    """Why SQLite's terse "disk I/O error" or "unable to open database file" happened, when the disk says: a
+    read-only file system or a full disk (SQLite creates its -wal and -shm files beside the database)."""
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return ""
+    if stat.f_flag & os.ST_RDONLY:
+        return f" ({folder} is on a read-only file system)"
+    if (stat.f_bfree if os.geteuid() == 0 else stat.f_bavail) == 0:
+        return f" (no space left on the disk that holds {folder})"
+    return ""
+
+
+def _hint(exc: sqlite3.DatabaseError) -> str | None:
+    """What to do about a history SQLite refuses; None: the error class's own hint."""
+    text = str(exc)
+    if "not a database" in text or "malformed" in text:
+        return (
+            "the file is not a readable llmdiag history: move it aside (it is left as it is), "
+            f"or give {option('history')} another file"
+        )
+    if "locked" in text:
+        return (
+            f"another process held the history for over {BUSY_TIMEOUT_SECONDS:g} s: rerun, "
+            f"or give {option('history')} another file"
+        )
+    return None
+
+
 class History:
     """One SQLite file. Open with ``History.open(path)``; every method opens its own short-lived connection."""
 
@@ -90,6 +120,12 @@ class History:
             history.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise HistoryError(f"cannot create the history folder {history.path.parent}: {exc.strerror}") from None
+        trouble = disk_trouble(history.path.parent)
+        if trouble:  # said before SQLite leaves a half-made -wal or -shm file there (which then blocks readers)
+            raise HistoryError(
+                f"cannot write the history {history.path}{trouble}",
+                f"give {option('history')} a file on another disk, or pass {option('no_history')}",
+            )
         with history._connect() as db:
             history._migrate(db)
         return history
@@ -99,7 +135,7 @@ class History:
         try:
             db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
         except sqlite3.Error as exc:
-            raise HistoryError(f"cannot open the history {self.path}: {exc}") from None
+            raise HistoryError(f"cannot open the history {self.path}: {exc}{disk_trouble(self.path.parent)}") from None
         try:
             db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
             mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -111,7 +147,7 @@ class History:
             db.execute("PRAGMA synchronous = NORMAL")  # safe with WAL: a power cut loses at most the last commit
             yield db
         except sqlite3.DatabaseError as exc:
-            raise HistoryError(f"the history {self.path}: {exc}") from None
+            raise HistoryError(f"the history {self.path}: {exc}{disk_trouble(self.path.parent)}", _hint(exc)) from None
         finally:
             db.close()
 

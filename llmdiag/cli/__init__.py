@@ -6,15 +6,18 @@ command module holds its typer ``app``; ``options`` holds the option types and o
 share, ``output`` the consoles, ERROR/HINT lines, exit codes and progress bars.
 
 ``main`` is the console script: typer's usage errors become the same one ERROR + HINT pair as ours (exit 2;
-`check`: a Nagios UNKNOWN line and exit 3), Ctrl-C exits 130, and an internal error is one line unless
-LLMDIAG_DEBUG=1 asks for the traceback.
+`check`: a Nagios UNKNOWN line and exit 3), Ctrl-C exits 130, SIGTERM exits 143 (both after every `finally` ran:
+servers stopped, load threads ended, no half-written file), and an internal error is one line unless LLMDIAG_DEBUG=1
+asks for the traceback.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator, MutableMapping
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -24,7 +27,16 @@ import typer.main
 
 from llmdiag._version import __version__
 from llmdiag.cli.options import flag_name
-from llmdiag.cli.output import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NAGIOS_UNKNOWN, EXIT_OK, print_error, stderr, stdout
+from llmdiag.cli.output import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_NAGIOS_UNKNOWN,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    print_error,
+    stderr,
+    stdout,
+)
 from llmdiag.errors import use_option_spelling
 
 if TYPE_CHECKING:
@@ -112,15 +124,33 @@ def root(
     """llmdiag: why is my LLM server slow?"""
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt so that every ``finally`` runs. A
+    BaseException, so that no ``except Exception`` (nor typer's own handlers) mistakes it for a failure to report."""
+
+
+def on_sigterm(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
+    raise Terminated
+
+
 def main() -> None:
     library_spelling = use_option_spelling(flag_name)  # messages from below the CLI name options by their flags
+    # the default SIGTERM action ends the process at once: no server stopped, no temporary file removed
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous_sigterm = signal.signal(signal.SIGTERM, on_sigterm) if on_main_thread else None
     try:
         code = app(standalone_mode=False)
+        if code == EXIT_INTERRUPTED:  # typer turns Ctrl-C into this exit code itself, silently
+            stderr.print("interrupted")
     except typer.TyperException as exc:  # typer's own usage errors: same one-line contract as ours
         code = usage_error(exc)
     except (KeyboardInterrupt, typer.Abort):
         stderr.print("interrupted")
         code = EXIT_INTERRUPTED
+    except Terminated:
+        stderr.print("terminated")
+        code = EXIT_TERMINATED
     except Exception as exc:  # a bug: still one line, with a way to get the traceback
         if os.environ.get("LLMDIAG_DEBUG"):
             raise
@@ -130,7 +160,11 @@ def main() -> None:
         )
         code = EXIT_ERROR
     finally:
-        use_option_spelling(library_spelling)  # a caller that runs main() in-process (the golden set) goes on
+        use_option_spelling(library_spelling)
+        if previous_sigterm is not None:
+            signal.signal(
+                signal.SIGTERM, previous_sigterm
+            )  # a caller that runs main() in-process (the golden set) goes on
     sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 

@@ -9,8 +9,18 @@ from typing import Annotated, NoReturn
 import typer
 
 from llmdiag.api.scan import run_demo
-from llmdiag.cli.options import DemoOutputFlags, OutputFlags, flag_groups
-from llmdiag.cli.output import emit, exit_code, fail, note, scan_progress, write_html, write_output
+from llmdiag.cli.options import DemoOutputFlags, OutputFlags, check_writable, flag_groups
+from llmdiag.cli.output import (
+    emit,
+    exit_code,
+    fail,
+    fail_if,
+    note,
+    scan_progress,
+    write_html,
+    write_output,
+    written,
+)
 from llmdiag.errors import LlmdiagError
 from llmdiag.render.json import render_json
 
@@ -43,6 +53,7 @@ def show_demo(
     (scan --duration auto), ``duration`` is the longest window."""
     try:
         output.check()
+        check_writable(output_path, "--output")
         settings = output.settings()
         with scan_progress(f"the simulated server ({preset})", quiet=output.as_json) as tick:
             verdict = run_demo(
@@ -53,13 +64,15 @@ def show_demo(
                 on_phase=None if output.as_json else note,
                 auto_duration=auto_duration,
             )
-        if output_path is not None:
-            write_output(output_path, render_json(verdict))
-        if output.html is not None:
-            write_html(output.html, verdict, quiet=output.as_json)
     except LlmdiagError as error:
         fail(error)
+    html = output.html
+    unwritten = (
+        None if output_path is None else written(lambda: write_output(output_path, render_json(verdict))),
+        None if html is None else written(lambda: write_html(html, verdict, output.as_json)),
+    )
     emit(verdict, output.as_json, output.verbose, output.markdown)
+    fail_if(*unwritten)
     if output_path is not None and not output.as_json:
         note(f"verdict written to {output_path}")
     raise typer.Exit(exit_code(verdict, output.fail_on))

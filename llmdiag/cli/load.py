@@ -29,7 +29,19 @@ from llmdiag.cli.options import (
     telemetry_options,
     with_slo,
 )
-from llmdiag.cli.output import EXIT_OK, fail, load_progress, note, print_json, stdout, write_html, write_output
+from llmdiag.cli.output import (
+    EXIT_OK,
+    cannot_write,
+    fail,
+    fail_if,
+    load_progress,
+    note,
+    print_json,
+    stdout,
+    write_html,
+    write_output,
+    written,
+)
 from llmdiag.client.endpoint import Connection
 from llmdiag.collect.live import TelemetryOptions
 from llmdiag.collect.load import LoadPlan, TokenLengths, plan_of, workload_of
@@ -216,20 +228,22 @@ def load(
             connection = target.connection(url)
             telemetry = telemetry_options(target.dcgm_url, target.nvml, target.pid)
             report = drive(connection, telemetry, run, output.as_json)
-        if replay.save_workload is not None and report.workload is not None:
-            save_workload(replay.save_workload, report.workload)
-        if output.output is not None:
-            write_output(output.output, report.model_dump_json(indent=2))
-        if output.html is not None:
-            write_html(output.html, report, quiet=output.as_json or output.markdown)
     except LlmdiagError as error:
         fail(error)
+    # a sweep takes minutes: a file that cannot be written is reported after the report is printed, not instead
+    saved, out, html, workload_ = replay.save_workload, output.output, output.html, report.workload
+    unwritten = (
+        None if saved is None or workload_ is None else written(lambda: save_workload(saved, workload_)),
+        None if out is None else written(lambda: write_output(out, report.model_dump_json(indent=2))),
+        None if html is None else written(lambda: write_html(html, report, quiet=output.as_json or output.markdown)),
+    )
     if output.as_json:
         print_json(report.model_dump_json(indent=2))
     elif output.markdown:
         sys.stdout.write(render_markdown(report))
     else:
         stdout.print(render_load(report))
+    fail_if(*unwritten)
     raise typer.Exit(EXIT_OK)
 
 
@@ -287,7 +301,7 @@ def save_workload(path: Path, workload: Workload) -> None:
     try:
         write_atomic(path, workload.model_dump_json(indent=2) + "\n")
     except OSError as exc:
-        raise LlmdiagError(f"cannot write {path}: {exc.strerror}", "pick another --save-workload path") from None
+        raise cannot_write(path, exc, "--save-workload") from None
 
 
 def load_simulator(preset: str, run: Run, quiet: bool) -> LoadReport:

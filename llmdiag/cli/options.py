@@ -151,8 +151,32 @@ def check_writable(path: Path | None, flag: str) -> None:
         raise UsageError(f"cannot write {path}: no folder {folder}", f"pick another {flag} path")
     if path.is_dir():
         raise UsageError(f"cannot write {path}: it is a folder", f"pick another {flag} path")
+    if folder_is_read_only(folder):
+        raise UsageError(f"cannot write {path}: {folder} is on a read-only file system", f"pick another {flag} path")
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise UsageError(f"cannot write {path}: permission denied", f"pick another {flag} path")
+    if folder_is_full(folder):
+        raise UsageError(
+            f"cannot write {path}: no space left on the disk that holds {folder}",
+            f"free some space, or pick another {flag} path on another disk",
+        )
+
+
+def folder_is_read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False  # not known: the write itself will say
+
+
+def folder_is_full(folder: Path) -> bool:
+    """No free block at all (root may use the reserved ones: it counts them). A disk that fills up during the run
+    is still caught when the file is written."""
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return False
+    return (stat.f_bfree if os.geteuid() == 0 else stat.f_bavail) == 0
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -361,6 +385,7 @@ class OutputFlags:
 
     def check(self) -> None:
         check_outputs(self.as_json, self.markdown)
+        check_writable(self.html, "--html")  # before the window, not after it
 
     def settings(self) -> Settings:
         return with_slo(load_settings(self.config), self.slo_tpot)

@@ -1,12 +1,14 @@
 """What the commands print and how they exit: the consoles, ERROR/HINT lines, verdicts, the HTML file, progress bars.
 
 Exit codes (scan, analyze, demo, trace, load …): 0 nothing at or above --fail-on; 1 something is; 2 usage,
-configuration or probe error (including "could not probe anything"); 130 interrupted. `check` follows the Nagios
-plugin conventions instead: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad arguments and unreachable targets included).
+configuration or probe error (including "could not probe anything"); 130 interrupted (SIGINT); 143 terminated
+(SIGTERM). `check` follows the Nagios plugin conventions instead: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad
+arguments and unreachable targets included), and the same 130 and 143.
 """
 
 from __future__ import annotations
 
+import errno
 import sys
 import threading
 import time
@@ -30,7 +32,8 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 EXIT_NAGIOS_UNKNOWN = 3
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT): 128 + 2, as a shell reports it
+EXIT_TERMINATED = 143  # SIGTERM: 128 + 15
 
 
 class _LazyConsole:
@@ -113,7 +116,9 @@ def emit(verdict: Verdict, as_json: bool, verbose: bool, markdown: bool = False)
         stdout.print(render_terminal(verdict, verbose=verbose))
 
 
-def write_html(path: Path, result: Verdict | LoadReport | FleetReport, quiet: bool = False) -> None:
+def write_html(
+    path: Path, result: Verdict | LoadReport | FleetReport, quiet: bool = False, flag: str = "--html"
+) -> None:
     """The self-contained HTML report, written atomically; says where and how big on stderr."""
     # the HTML renderers load jinja2 and the report's assets, the fleet model its own: only for a run that writes one
     from llmdiag.model import FleetReport
@@ -121,15 +126,15 @@ def write_html(path: Path, result: Verdict | LoadReport | FleetReport, quiet: bo
     from llmdiag.render.html import render_html
 
     text = render_fleet_html(result) if isinstance(result, FleetReport) else render_html(result)
-    write_page(path, text, quiet)
+    write_page(path, text, quiet, flag=flag)
 
 
-def write_page(path: Path, text: str, quiet: bool = False, what: str = "HTML report") -> None:
+def write_page(path: Path, text: str, quiet: bool = False, what: str = "HTML report", flag: str = "--html") -> None:
     """Write an HTML page atomically (one ERROR/HINT pair if it cannot be) and say where, with its size."""
     try:
         write_atomic(path, text)
     except OSError as exc:
-        raise LlmdiagError(f"cannot write {path}: {exc.strerror}", "pick another --html path") from None
+        raise cannot_write(path, exc, flag) from None
     if not quiet:
         stderr.print(f"[dim]{what} written to {escape(str(path))} ({len(text.encode()) / 1024:.0f} KB)[/]")
 
@@ -139,7 +144,37 @@ def write_output(path: Path, text: str) -> None:
     try:
         write_atomic(path, text + "\n")
     except OSError as exc:
-        raise LlmdiagError(f"cannot write {path}: {exc.strerror}", "pick another --output path") from None
+        raise cannot_write(path, exc, "--output") from None
+
+
+def cannot_write(path: Path, exc: OSError, flag: str) -> LlmdiagError:
+    """A file that could not be written, with what to do about it (the file that was there is left as it was)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return LlmdiagError(
+            f"cannot write {path}: {exc.strerror} (the file that was there is left as it was)",
+            f"free some space, or pick another {flag} path on another disk",
+        )
+    if exc.errno == errno.EROFS:
+        return LlmdiagError(f"cannot write {path}: {exc.strerror}", f"pick another {flag} path on a writable disk")
+    return LlmdiagError(f"cannot write {path}: {exc.strerror or exc}", f"pick another {flag} path")
+
+
+def written(write: Callable[[], None]) -> LlmdiagError | None:
+    """Run a file write that follows a measurement; its error is returned, to be reported after the result is
+    printed: a full disk or a read-only folder costs the file, never the window that was measured."""
+    try:
+        write()
+    except LlmdiagError as error:
+        return error
+    return None
+
+
+def fail_if(*errors: LlmdiagError | None) -> None:
+    """After the result is printed: a file that could not be written is still one ERROR/HINT pair (the first
+    file's) and exit 2."""
+    for error in errors:
+        if error is not None:
+            fail(error)
 
 
 @contextmanager

@@ -36,7 +36,7 @@ def report(
                 raise UsageError("no Markdown summary for a fleet report yet", f"llmdiag report {result} -o fleet.html")
             summary = render_markdown(loaded)
         if output is not None:
-            write_html(output, loaded)
+            write_html(output, loaded, flag="--output")
     except LlmdiagError as error:
         fail(error)
     if summary is not None:

@@ -38,6 +38,7 @@ from llmdiag.cli.output import (
     exit_code,
     exit_for,
     fail,
+    fail_if,
     note,
     print_json,
     scan_progress,
@@ -45,6 +46,7 @@ from llmdiag.cli.output import (
     stdout,
     warn,
     write_html,
+    written,
 )
 from llmdiag.collect import DEFAULT_DURATION_SECONDS
 from llmdiag.collect.prometheus.api import PrometheusSource
@@ -232,11 +234,14 @@ def scan_server(
                 server=pages.server,
                 auto_duration=duration.auto,
             )
-        if output.html is not None:
-            write_html(output.html, verdict, quiet=output.as_json or output.markdown)
     except LlmdiagError as error:
         fail(error)
+    html = output.html
+    unwritten = (
+        None if html is None else written(lambda: write_html(html, verdict, quiet=output.as_json or output.markdown))
+    )
     emit(verdict, output.as_json, output.verbose, output.markdown)
+    fail_if(unwritten)
     raise typer.Exit(exit_code(verdict, output.fail_on or FailOn.critical))
 
 
@@ -287,10 +292,10 @@ def scan_fleet(
             canary_off_reason="--no-probe",
             server=pages.server,
         )
-        if output.html is not None:
-            write_html(output.html, report, quiet=output.as_json)
     except LlmdiagError as error:
         fail(error)
+    html = output.html
+    unwritten = None if html is None else written(lambda: write_html(html, report, quiet=output.as_json))
     show_fleet(
         report,
         output,
@@ -299,6 +304,7 @@ def scan_fleet(
             "see each row's error; check the URLs and that the servers are up",
         ),
     )
+    fail_if(unwritten)
     unreachable = len(report.targets) - report.probed()
     if unreachable and not output.as_json:
         stderr.print(
@@ -327,10 +333,10 @@ def scan_prometheus(
         settings = output.settings()
         source = prometheus.auth.source(prometheus.url, connection)
         report = prometheus_fleet(source, prometheus.selector, prometheus.window, settings)
-        if output.html is not None:
-            write_html(output.html, report, quiet=output.as_json)
     except LlmdiagError as error:
         fail(error)
+    html = output.html
+    unwritten = None if html is None else written(lambda: write_html(html, report, quiet=output.as_json))
     show_fleet(
         report,
         output,
@@ -339,6 +345,7 @@ def scan_prometheus(
             "see each row's reason; check --selector and the time range",
         ),
     )
+    fail_if(unwritten)
     raise typer.Exit(exit_for(report.worst_severity(), output.fail_on or FailOn.critical))
 
 

@@ -94,8 +94,9 @@ def open_telemetry(connection: Connection, options: TelemetryOptions) -> tuple[l
     return sources, missing
 
 
-def _read(source: Source, index: int, count: int) -> None:
+def _read(source: Source, count: int) -> None:
     """One read of a source. A required source's first failure raises; an optional one's drops it."""
+    source.reads += 1
     try:
         scrape = source.read()
         if not source.scrapes and source.check_first:
@@ -111,8 +112,21 @@ def _read(source: Source, index: int, count: int) -> None:
         if not source.scrapes:
             source.dropped = f"{source.label}: {exc.message}" + (f" ({source.hint})" if source.hint else "")
             return
-        of = f"{index}/{count}" if count else f"{index}"
-        source.failures.append(f"{'scrape' if source.required else source.label + ' read'} {of} failed: {exc.message}")
+        _note_failure(source, count, exc.message)
+
+
+def _note_failure(source: Source, count: int, why: str) -> None:
+    """A failed read as one line; a run of reads that fail alike is one line too ("reads 4-9 failed: …"), never the
+    same line per read (a GPU fallen off the bus, an exporter gone, fails every read after)."""
+    index, of = source.reads, f"/{count}" if count else ""
+    word = "scrape" if source.required else f"{source.label} read"
+    run = source.failing
+    if run is not None and run[1] == index - 1 and run[2] == why:
+        source.failing = (run[0], index, why)
+        source.failures[-1] = f"{word}s {run[0]}-{index}{of} failed: {why}"
+    else:
+        source.failing = (index, index, why)
+        source.failures.append(f"{word} {index}{of} failed: {why}")
 
 
 def collect_live(
@@ -227,7 +241,7 @@ class _LiveWindow:
         server_reads = 0
         if first is not None:
             self.server.scrapes.append(first)
-            server_reads = 1
+            server_reads = self.server.reads = 1
             self._server_read(1, end)
         while server_reads < self.count:
             server_due = start + server_reads * self.interval
@@ -241,12 +255,12 @@ class _LiveWindow:
                 self.sleep(wait)
             if source is self.server:
                 server_reads += 1
-                _read(self.server, server_reads, self.count)
+                _read(self.server, self.count)
                 self._server_read(server_reads, end)
                 if self._judged_settled(start):
                     break
             else:
-                _read(source, len(source.scrapes) + 1, 0)
+                _read(source, 0)
                 # never fall behind by more than one interval: a slow read skips samples, it does not pile them up
                 due[id(source)] = max(due[id(source)] + source.interval_seconds, self.clock())
 
@@ -309,6 +323,8 @@ def _window_signals(
             continue
         part = build_signal_set(source.spec, source.scrapes, source.display_url)
         part.sources[-1].config.update(source.details)
+        if source.failures:  # read for part of the window only: the coverage says so, beside the notes
+            part.sources[-1].note = "; ".join(source.failures)
         merge_signal_sets(signal_set, part)
         signal_set.anomalies += source.failures
     return signal_set

@@ -32,6 +32,9 @@ class Source:
     check_first: bool = True
     scrapes: list[Scrape] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    # reads tried so far (failed ones included), and the run of failed reads that ends the list: (first, last, why)
+    reads: int = 0
+    failing: tuple[int, int, str] | None = None
     # set when the source was dropped: why, in plain words
     dropped: str | None = None
     # what the source learned about itself (device names, driver version, processes found)

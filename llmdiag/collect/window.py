@@ -13,6 +13,16 @@ from llmdiag.collect.exposition import ANY_LABELS, LabelKey, Scrape, label_key, 
 # ---------------------------------------------------------------------------------------------
 # counters
 
+PROCESS_START = "process_start_time_seconds"
+
+
+def restarted(before: Scrape, after: Scrape) -> bool:
+    """The page's process started again between two scrapes: its ``process_start_time_seconds`` moved. Every
+    counter of ``after`` then counts from zero, even one that has already grown past its value in ``before``
+    (a long outage, a busy new process), which going backwards alone would miss."""
+    old, new = select(before, PROCESS_START), select(after, PROCESS_START)
+    return any(key in old and new[key] != old[key] for key in new)
+
 
 @dataclass
 class CounterWindow:
@@ -24,16 +34,18 @@ class CounterWindow:
 def counter_increase(scrapes: list[Scrape], name: str, match: Mapping[str, str] = ANY_LABELS) -> CounterWindow:
     """Sum of per-series increases between consecutive scrapes.
 
-    A value lower than the one before is a reset (process restart): the counter restarted from zero,
-    so the new value itself is the increase. A series absent from the previous scrape started at zero.
+    A value lower than the one before is a reset (process restart), as is a new process start time: the counter
+    restarted from zero, so the new value itself is the increase. A series absent from the previous scrape started
+    at zero.
     """
     per_series: dict[LabelKey, float] = {}
     resets = 0
     for before, after in pairwise(scrapes):
         prev = select(before, name, match)
+        new_process = restarted(before, after)
         for key, value in select(after, name, match).items():
             old = prev.get(key, 0.0)
-            if value < old:
+            if value < old or (new_process and key in prev):
                 resets += 1
                 delta = value
             else:
@@ -139,11 +151,12 @@ def histogram_window(scrapes: list[Scrape], base: str, match: Mapping[str, str] 
         prev_cnt = select(before, f"{base}_count", match)
         after_sum = select(after, f"{base}_sum", match)
         after_cnt = select(after, f"{base}_count", match)
+        new_process = restarted(before, after)
         for key, bounds in _bucket_series(after, base, match).items():
             old = prev_b.get(key, {})
             cnt_now = after_cnt.get(key, bounds.get(math.inf, 0.0))
             cnt_old = prev_cnt.get(key, old.get(math.inf, 0.0))
-            reset = cnt_now < cnt_old
+            reset = cnt_now < cnt_old or (new_process and bool(old))
             resets += reset
             for le, value in bounds.items():
                 step[le] = step.get(le, 0.0) + (value if reset else value - old.get(le, 0.0))

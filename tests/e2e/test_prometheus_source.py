@@ -499,6 +499,60 @@ def test_auth_headers_and_secrets(fleet: Fleet) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# the fault matrix's Prometheus rows (README "Fault matrix"): down mid-query, warnings and partial answers
+
+
+def test_prometheus_going_down_mid_query_is_one_error_never_a_traceback(fleet: Fleet) -> None:
+    answered: list[str] = []
+    proxies: list[Proxy] = []
+
+    def dies(path: str, form: dict, headers: dict):
+        if path.startswith("/api/v1/query"):
+            answered.append(form.get("query", ""))
+            if len(answered) > 3:  # the fourth query: the process goes away mid-answer, its port closes
+                threading.Thread(target=proxies[0].close, daemon=True).start()
+                raise ConnectionAbortedError("Prometheus went away")
+        return None
+
+    proxies.append(Proxy(fleet.prom.url, dies))
+    try:
+        result, doc = scan("--prometheus", proxies[0].url, "--selector", '{job="vllm"}', "--since", "12s")
+    finally:
+        proxies[0].close()
+    assert result.returncode == 2 and doc is None, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith(("ERROR:", "HINT:"))]
+    assert [line.split(":")[0] for line in lines] == ["ERROR", "HINT"], result.stderr
+    assert f"cannot connect to Prometheus at {proxies[0].url}" in lines[0]
+    assert "Traceback" not in result.stderr and len(answered) == 4
+
+
+def test_prometheus_warnings_and_partial_answers_are_said_and_unknown_never_healthy(fleet: Fleet) -> None:
+    warning = "PromQL info: this query hit a partial response from store 10.0.0.7:10901 (Thanos)"
+
+    def partial(path: str, form: dict, headers: dict):
+        if not path.startswith("/api/v1/query"):
+            return None
+        upstream = requests.post(fleet.prom.url + path, data=form, timeout=30).json()
+        if upstream.get("status") == "success":  # one replica's store did not answer: its series are missing
+            upstream["data"]["result"] = [r for r in upstream["data"]["result"] if r["metric"].get("pod") != "sim-1"]
+            upstream["warnings"] = [warning]
+        return 200, upstream
+
+    proxy = Proxy(fleet.prom.url, partial)
+    try:
+        result, doc = scan("--prometheus", proxy.url, "--selector", '{job="vllm"}', "--since", "12s")
+    finally:
+        proxy.close()
+    assert doc is not None, result.stderr
+    assert any(warning in note for note in doc["notes"]), doc["notes"]
+    rows = instances(doc)
+    # the replica whose answers were left out: no data, so unknown with the reason, never healthy
+    assert rows["llm/sim-1"]["bottleneck"] == "unknown", rows["llm/sim-1"]
+    # the others are judged on what came back, as without the warning
+    assert rows["llm/sim-3"]["bottleneck"] == "memory" and rows["llm/sim-0"]["bottleneck"] == "healthy"
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # small parts
 
 

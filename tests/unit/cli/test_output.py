@@ -120,3 +120,24 @@ def test_no_progress_bar_when_quiet_or_not_watched(stderr: io.StringIO):
     with output.load_progress(10.0, quiet=False) as say:
         say("level 2 of 3")  # not a terminal: plain lines
     assert stderr.getvalue() == "level 2 of 3\n"
+
+
+def test_a_write_that_fails_says_why_and_what_to_do_by_its_errno(tmp_path: Path):
+    import errno
+    import os
+
+    path = tmp_path / "r.html"
+    full = output.cannot_write(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), "--html")
+    assert full.message == f"cannot write {path}: No space left on device (the file that was there is left as it was)"
+    assert full.hint == "free some space, or pick another --html path on another disk"
+    read_only = output.cannot_write(path, OSError(errno.EROFS, os.strerror(errno.EROFS)), "--output")
+    assert read_only.message == f"cannot write {path}: Read-only file system"
+    assert read_only.hint == "pick another --output path on a writable disk"
+    # after a measurement: the error is handed back to be said after the result, never raised over it
+    assert output.written(lambda: output.write_output(tmp_path / "ok.json", "{}")) is None
+    late = output.written(lambda: output.write_output(tmp_path / "missing" / "x.json", "{}"))
+    assert isinstance(late, LlmdiagError) and "--output" in late.hint
+    with pytest.raises(typer.Exit) as ended:
+        output.fail_if(None, late)
+    assert ended.value.exit_code == 2
+    output.fail_if(None, None)  # nothing unwritten: nothing said

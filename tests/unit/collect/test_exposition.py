@@ -29,6 +29,25 @@ def test_counter_increase_handles_reset():
     assert window.resets == 1
 
 
+def test_a_new_process_start_time_is_a_restart_even_when_the_counter_grew():
+    # two real pages of two vLLM processes (tests/fixtures/vllm-0.32.0: healthy started at 1796001437.71, admission
+    # at 1796001597.82): the second process's /v1/completions count, 146, is past the first's 132, yet it is all
+    # the new process's own: counted from zero, not as 14
+    from tests.conftest import FIXTURES
+
+    pages = [FIXTURES / "vllm-0.32.0" / state / "scrape-01.prom" for state in ("healthy", "admission")]
+    scrapes = [parse_exposition(page.read_text(), at) for at, page in enumerate(pages)]
+    match = {"handler": "/v1/completions", "method": "POST", "status": "2xx"}
+    window = counter_increase(scrapes, "http_requests_total", match)
+    assert window.increase == 146 and window.resets == 1
+    ttft = histogram_window(scrapes, "vllm:time_to_first_token_seconds")
+    admission_ttft_count = scrapes[1].series["vllm:time_to_first_token_seconds_count"]
+    assert ttft is not None and ttft.resets == 1 and ttft.count == sum(admission_ttft_count.values())
+    # the same process read twice is no restart
+    same = [parse_exposition(page.read_text(), at) for at, page in enumerate([pages[0], pages[0]])]
+    assert counter_increase(same, "http_requests_total", match).resets == 0
+
+
 def test_counter_series_appearing_mid_window_counts_from_zero():
     scrapes = [scrape(0, counter_text({"0": 1})), scrape(1, counter_text({"0": 2, "1": 4}))]
     window = counter_increase(scrapes, "vllm:num_preemptions_total")
