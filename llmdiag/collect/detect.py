@@ -27,6 +27,7 @@ import requests
 from llmdiag.client.endpoint import Connection, redact_url
 from llmdiag.collect.exposition import Scrape, parse_exposition
 from llmdiag.collect.http import HttpMetricsSource
+from llmdiag.collect.tape import taped_json
 from llmdiag.errors import (
     ConnectError,
     HTTPStatusError,
@@ -132,6 +133,7 @@ class _Looker:
         self.headers: list[tuple[str, str, str]] = []  # (path, header name, value)
         self.timeout = min(connection.timeout_seconds, PROBE_TIMEOUT_SECONDS)
 
+    @taped_json  # recorded into a bundle, or replayed from one (llmdiag.collect.tape)
     def get_json(self, path: str) -> object | None:
         try:
             resp = self.session.get(f"{self.connection.base_url}{path}", timeout=self.timeout)

@@ -8,6 +8,7 @@ import requests
 
 from llmdiag.client.endpoint import Connection, format_bytes, redact_url
 from llmdiag.collect.exposition import Scrape, parse_exposition
+from llmdiag.collect.tape import taped_fetch
 from llmdiag.errors import (
     ConnectError,
     HTTPStatusError,
@@ -35,6 +36,7 @@ class HttpMetricsSource:
     def close(self) -> None:
         self._session.close()
 
+    @taped_fetch  # recorded into a bundle, or replayed from one (llmdiag.collect.tape)
     def fetch_text(self) -> tuple[str, float]:
         """The page body and the wall-clock time it was read."""
         conn = self.connection

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import requests
 
-from llmdiag.client.endpoint import Connection
+from llmdiag.client.endpoint import Connection, redact_url
+from llmdiag.collect.tape import taped_value
 from llmdiag.model import Signal, SignalSet
 
 PROPS_PATH = "/props"
@@ -80,6 +81,16 @@ def _itl(signal_set: SignalSet) -> Signal:
 def read_props(connection: Connection) -> list[Signal]:
     """The slot count and each slot's context from ``GET /props``; unavailable signals with the reason otherwise."""
     url = connection.base_url.rstrip("/") + PROPS_PATH
+    body, why = taped_value(  # recorded into a bundle, or replayed from one
+        f"value {redact_url(url)}",
+        lambda: _get_props(connection, url),
+        lambda answer: {"body": answer[0], "why": answer[1]},
+        lambda value: (value["body"], str(value["why"])),
+    )
+    return props_signals(body, why)
+
+
+def _get_props(connection: Connection, url: str) -> tuple[object, str]:
     headers = {"User-Agent": "llmdiag", **connection.headers}
     if connection.api_key:
         headers["Authorization"] = f"Bearer {connection.api_key}"
@@ -99,7 +110,7 @@ def read_props(connection: Connection) -> list[Signal]:
                 body = resp.json()
     except (requests.exceptions.RequestException, ValueError) as exc:
         why = f"GET {PROPS_PATH} failed: {type(exc).__name__}"
-    return props_signals(body, why)
+    return body, why
 
 
 def props_signals(body: object, why: str = "") -> list[Signal]:
