@@ -9,8 +9,8 @@ from typing import Annotated, NoReturn
 import typer
 
 from llmdiag.api.scan import run_demo
-from llmdiag.cli.options import DemoOutputFlags, OutputFlags, flag_groups
-from llmdiag.cli.output import emit, exit_code, fail, note, scan_progress, write_html, write_output
+from llmdiag.cli.options import DemoOutputFlags, OutputFlags, check_writable, flag_groups, flags_json
+from llmdiag.cli.output import emit, exit_code, fail, note, recording, scan_progress, write_html, write_output
 from llmdiag.errors import LlmdiagError
 from llmdiag.render.json import render_json
 
@@ -44,7 +44,13 @@ def show_demo(
     try:
         output.check()
         settings = output.settings()
-        with scan_progress(f"the simulated server ({preset})", quiet=output.as_json) as tick:
+        record = getattr(output, "record", None)
+        check_writable(record, "--record")
+        options = flags_json(preset=preset, duration=duration, auto_duration=auto_duration)
+        with (
+            recording(record, "demo", options),
+            scan_progress(f"the simulated server ({preset})", quiet=output.as_json) as tick,
+        ):
             verdict = run_demo(
                 preset,
                 duration,

@@ -143,6 +143,30 @@ def write_output(path: Path, text: str) -> None:
 
 
 @contextmanager
+def recording(path: Path | None, command: str, options: dict[str, Any]) -> Iterator[Any]:
+    """--record FILE: a Recorder that this thread's scans record into (None without the option); the bundle is
+    written when the block ends, also when the run failed, and a line says where."""
+    if path is None:
+        yield None
+        return
+    from llmdiag.api.record import Recorder, recording_to  # the HTTP stack: not for the commands that read files
+
+    recorder = Recorder(path, command, options)
+    try:
+        with recording_to(recorder):
+            yield recorder
+    finally:
+        try:
+            recorder.write()
+        except LlmdiagError as error:
+            print_error(error.message, error.hint)
+        else:
+            if recorder.written_bytes:
+                size = f"{recorder.written_bytes / 1024:.0f} KiB"
+                note(f"bundle written to {path} ({size}): attach it to your issue; `llmdiag analyze {path}` replays it")
+
+
+@contextmanager
 def scan_progress(what: str, quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
     """A progress bar on stderr while scraping, when a person is watching."""
     if quiet or not stderr.is_terminal:

@@ -1,0 +1,131 @@
+"""Record and replay (--record, `llmdiag analyze bundle.tar.gz`): a live run's bundle replays through the live collect
+path into the same verdict, byte for byte, after the server is gone; no secret given on the command line is in it.
+
+Every simulator preset is recorded once (the demo: the server's page, the DCGM page, the canary requests), the
+simulator stopped, and the bundle replayed in-process. The CLI round trip scans the simulator with NVML played back
+from a recording, the host sampled, and credentials in every form a user gives them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from llmdiag.api.record import Recorder, recording_to
+from llmdiag.api.scan import replay_bundle, run_demo
+from llmdiag.client.endpoint import Connection
+from llmdiag.collect.bundle import read_bundle, read_members
+from llmdiag.collect.taped import CANARY_CHANNEL
+from llmdiag.render.json import render_json
+from llmdiag.sim.load import ClosedLoopLoad
+from llmdiag.sim.presets import PRESETS, get_preset
+from llmdiag.sim.server import SimServer
+from tests.conftest import FIXTURES, run_cli
+from tests.support.httpserver import Reply, ScriptedServer
+
+DEMO_SECONDS = 3.0
+NVML_RECORDING = FIXTURES / "nvml" / "h100-sxm-tp2-decode.json"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_replays_to_the_verdict_it_gave_live(preset: str, tmp_path: Path) -> None:
+    path = tmp_path / f"{preset}.tar.gz"
+    with Recorder(path, "demo") as recorder, recording_to(recorder):
+        live = run_demo(preset, DEMO_SECONDS)
+    # the simulator is stopped: a replay that reached for the network would fail here
+    started = time.monotonic()
+    bundle, runs = replay_bundle(path)
+    replay_seconds = time.monotonic() - started
+    assert len(runs) == 1
+    assert render_json(runs[0].verdict) == render_json(live)
+    assert runs[0].recorded == render_json(live)  # the bundle carries what the live run said
+    # the replay read what the live run read: each scrape of the window is one recorded page
+    channels = bundle.runs[0].tape["channels"]
+    pages = channels[f"page {live.coverage.probes[0].url}"]
+    assert live.window.scrapes == len(pages) >= 3
+    assert CANARY_CHANNEL in channels and any(k.endswith("/dcgm/metrics") for k in channels)
+    # the window's sleeps are not replayed
+    assert replay_seconds < DEMO_SECONDS
+
+
+def secret_free(path: Path, *secrets: str) -> None:
+    raw = gzip.decompress(path.read_bytes())
+    for secret in secrets:
+        assert secret.encode() not in raw, secret
+
+
+@pytest.mark.timeout(180)
+def test_a_cli_scan_bundle_replays_byte_for_byte_and_holds_no_secret(tmp_path: Path) -> None:
+    preset = get_preset("memory")
+    bundle = tmp_path / "scan.tar.gz"
+    api_key, header_token, password = "sk-live-4f9a8b7c6d5e", "hdr-tok-91f2e3d4c5b6", "pw-0a1b2c3d4e"
+    with SimServer(preset) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=120):
+        time.sleep(2.0)
+        url = sim.url.replace("http://", f"http://alice:{password}@")
+        live = run_cli(
+            "scan", url, "--duration", "3", "--json", "--fail-on", "never",
+            "--nvml-replay", str(NVML_RECORDING),
+            "--api-key", api_key, "--header", f"Authorization: Bearer {header_token}", "--header", "X-Tenant: team-a",
+            "--record", str(bundle),
+            timeout=120,
+        )  # fmt: skip
+    assert live.returncode == 0, live.stderr
+    assert "attach it to your issue" in live.stderr
+    secret_free(bundle, api_key, header_token, password)
+    replayed = run_cli("analyze", str(bundle), "--json", "--fail-on", "never", timeout=60)
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout == live.stdout
+    verdict = json.loads(replayed.stdout)
+    assert [p["probe"] for p in verdict["coverage"]["probes"]][:3] == ["vllm", "nvml", "host"]
+    manifest = json.loads(read_members(bundle)["manifest.json"])
+    connection = manifest["options"]["connection"]
+    assert connection["header"] == ["Authorization: <redacted>", "X-Tenant: <redacted>"]
+    assert connection["api_key"] == "<redacted>"
+    assert manifest["options"]["url"].startswith("http://***@127.0.0.1:")
+    assert manifest["runs"][0]["reads"]["source nvml"]["reads"] >= 3
+
+
+def test_a_scan_that_failed_replays_into_the_same_error(tmp_path: Path) -> None:
+    """A bug report's most useful bundle: the server answered, and llmdiag could not tell what it is."""
+    page = b"# HELP app_requests_total Requests.\n# TYPE app_requests_total counter\napp_requests_total 7\n"
+    server = ScriptedServer(lambda path, headers: Reply(body=page) if path == "/metrics" else Reply(status=404))
+    bundle = tmp_path / "failed.tar.gz"
+    with server:
+        live = run_cli("scan", server.url, "--duration", "2", "--no-nvml", "--record", str(bundle))
+    assert live.returncode == 2 and "unsupported or unrecognised server" in live.stderr
+    replayed = run_cli("analyze", str(bundle))
+    assert replayed.returncode == 2, replayed.stderr
+    error = [line for line in live.stderr.splitlines() if line.startswith(("ERROR", "HINT"))]
+    assert [line for line in replayed.stderr.splitlines() if line.startswith(("ERROR", "HINT"))] == error
+    assert "app_requests_total" in error[0] and "Traceback" not in replayed.stderr
+    run = read_bundle(bundle).runs[0]
+    assert "unsupported or unrecognised server" in run.call["error"]["message"] and run.verdict is None
+
+
+def test_a_bundle_is_replayed_alone_and_a_bad_one_is_one_error(tmp_path: Path) -> None:
+    bundle = tmp_path / "b.tar.gz"
+    bundle.write_bytes(gzip.compress(b"not a tar at all" * 100))
+    result = run_cli("analyze", str(bundle))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.count("ERROR:") == 1 and "HINT:" in result.stderr
+
+
+def test_the_recorded_connection_carries_no_secret_into_the_replay() -> None:
+    from llmdiag.api.record import connection_from_json, connection_secrets, connection_to_json
+
+    connection = Connection(
+        base_url="http://bob:hunter2-long@gpu-7:8000",
+        headers={"Authorization": "Bearer abcdef123456", "X-Tenant": "team-a"},
+        api_key="sk-abcdef",
+    )
+    recorded = connection_to_json(connection)
+    assert "hunter2" not in json.dumps(recorded) and "abcdef" not in json.dumps(recorded)
+    assert set(connection_secrets(connection)) >= {"hunter2-long", "Bearer abcdef123456", "abcdef123456", "sk-abcdef"}
+    assert "team-a" not in connection_secrets(connection)  # not a credential: left out of the options, not scrubbed
+    replay = connection_from_json(recorded)
+    assert replay.api_key == "" and replay.headers == {} and replay.base_url == "http://***@gpu-7:8000"
