@@ -181,19 +181,20 @@ class Recorder:
     command: str
     options: dict[str, Any] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)
-    # each run with its live verdict (None: it failed), serialised when written: a caller may still relabel it
-    runs: list[tuple[Run, Verdict | None]] = field(default_factory=list)
+    # each scan's taping, turned into a run when written: its verdict may be relabelled or judged after the scan
+    runs: list[Taping] = field(default_factory=list)
     written_bytes: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def tape(self, name: str, call: ScanCall) -> _Taping:
+    def tape(self, name: str, call: ScanCall) -> Taping:
         """A tape for one scan, made this thread's for the block; the run is kept when the block ends."""
-        self.secrets += connection_secrets(call.connection)
-        return _Taping(self, name, call)
-
-    def keep(self, run: Run, verdict: Verdict | None) -> None:
         with self._lock:
-            self.runs.append((run, verdict))
+            self.secrets += connection_secrets(call.connection)
+        return Taping(self, name, call)
+
+    def keep(self, taping: Taping) -> None:
+        with self._lock:
+            self.runs.append(taping)
 
     def __enter__(self) -> Recorder:
         return self
@@ -202,49 +203,64 @@ class Recorder:
         self.write()
 
     def write(self) -> None:
-        if not self.runs:
-            return
         with self._lock:
-            for run, verdict in self.runs:
-                if verdict is not None:
-                    run.call["target"] = verdict.target
-                    run.verdict = verdict.model_dump_json(indent=2)
-            runs = [run for run, _ in self.runs]
-        bundle = Bundle(self.command, self.options, runs, recorded_at_unix=time.time())
-        self.written_bytes = write_bundle(self.path, bundle, self.secrets)
+            runs = [taping.run() for taping in self.runs]
+        if runs:
+            bundle = Bundle(self.command, self.options, runs, recorded_at_unix=time.time())
+            self.written_bytes = write_bundle(self.path, bundle, self.secrets)
 
 
-class _Taping:
+class Taping:
+    """One scan being recorded: its tape is this thread's inside the block. ``verdict`` is what the job concluded,
+    ``error`` a failure it kept rather than raised (a load level's scan); both may be set after the block."""
+
     def __init__(self, recorder: Recorder, name: str, call: ScanCall) -> None:
         self.recorder, self.name, self.call = recorder, name, call
         self.tape = Tape()
         self.verdict: Verdict | None = None
+        self.error: dict[str, str] | str | None = None
         self._using = using(self.tape)
 
-    def __enter__(self) -> _Taping:
+    def __enter__(self) -> Taping:
         self._using.__enter__()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._using.__exit__(kind, exc, tb)
-        call = self.call.to_json()
         if isinstance(exc, LlmdiagError):  # the reads up to the failure replay into the same error
-            call["error"] = {"message": exc.message, "hint": exc.hint}
-        self.recorder.keep(Run(self.name, call, self.tape.to_json()), self.verdict)
+            self.error = {"message": exc.message, "hint": exc.hint}
+        self.recorder.keep(self)
+
+    def run(self) -> Run:
+        call = self.call.to_json()
+        if self.error is not None:
+            call["error"] = self.error if isinstance(self.error, dict) else {"message": self.error}
+        verdict = None
+        if self.verdict is not None:
+            call["target"] = self.verdict.target
+            verdict = self.verdict.model_dump_json(indent=2)
+        return Run(self.name, call, self.tape.to_json(), verdict)
 
 
 _RECORDER: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("llmdiag_recorder", default=None)
+# the command's recorder, for the scans its jobs run on worker threads (check's targets), which start with an empty
+# context: one recording per process at a time, as one command line makes
+_PROCESS_RECORDER: list[Recorder] = []
 
 
 def active_recorder() -> Recorder | None:
-    return _RECORDER.get()
+    return _RECORDER.get() or (_PROCESS_RECORDER[-1] if _PROCESS_RECORDER else None)
 
 
 @contextlib.contextmanager
 def recording_to(recorder: Recorder | None) -> Iterator[Recorder | None]:
-    """Record this thread's scans into ``recorder`` for the block (None: record nothing)."""
+    """Record the scans of this block (this thread's, and its worker threads') into ``recorder`` (None: none)."""
     token = _RECORDER.set(recorder)
+    if recorder is not None:
+        _PROCESS_RECORDER.append(recorder)
     try:
         yield recorder
     finally:
         _RECORDER.reset(token)
+        if recorder is not None:
+            _PROCESS_RECORDER.remove(recorder)

@@ -242,32 +242,60 @@ def diagnose_logs(
 @dataclass
 class ReplayedRun:
     name: str
-    verdict: Verdict
+    verdict: Verdict | None
     recorded: str | None  # the live verdict's JSON, as the bundle holds it
+    error: LlmdiagError | None = None  # the run's failure, replayed (a bundle of several runs goes on past it)
 
 
 def replay_bundle(path: Path, settings: Settings | None = None) -> tuple[Bundle, list[ReplayedRun]]:
     """Every run of the bundle at ``path`` replayed through the live collect path. ``settings``: judge with these
-    instead of the recorded ones. A run that failed live fails again here, with its error."""
+    instead of the recorded ones. A run that failed live fails again here, with its error: raised for a bundle of
+    one run, kept in its ``ReplayedRun`` for a bundle of several (check's targets, load's levels)."""
     bundle = read_bundle(path)
     replayed = []
     for run in bundle.runs:
         try:
-            call = ScanCall.from_json(run.call)
-        except (KeyError, TypeError, ValueError, LlmdiagError) as exc:
-            message = exc.message if isinstance(exc, LlmdiagError) else f"{type(exc).__name__}: {exc}"
-            raise InputFileError(
-                f"{path}: run {run.name!r} has a call this llmdiag cannot read ({message})", REPLAY_HINT
-            ) from None
-        if settings is not None:
-            call.settings = settings
-        tape = Tape.from_json(run.tape)
-        with using(tape):
-            verdict = replay_call(call)
-        if isinstance(run.call.get("target"), str):
-            verdict.target = run.call["target"]
+            verdict = _replay_run(path, run.name, run.call, run.tape, settings)
+        except LlmdiagError as error:
+            if len(bundle.runs) == 1:
+                raise
+            replayed.append(ReplayedRun(run.name, None, run.verdict, error))
+            continue
         replayed.append(ReplayedRun(run.name, verdict, run.verdict))
     return bundle, replayed
+
+
+def _replay_run(path: Path, name: str, recorded: dict, tape: dict, settings: Settings | None) -> Verdict:
+    if recorded.get("kind") == "telemetry":  # a source alone (bench/gpu_check.py --record): no server, no window loop
+        return _replay_telemetry(str(recorded.get("source", "nvml")), Tape.from_json(tape), settings, name)
+    try:
+        call = ScanCall.from_json(recorded)
+    except (KeyError, TypeError, ValueError, LlmdiagError) as exc:
+        message = exc.message if isinstance(exc, LlmdiagError) else f"{type(exc).__name__}: {exc}"
+        raise InputFileError(
+            f"{path}: run {name!r} has a call this llmdiag cannot read ({message})", REPLAY_HINT
+        ) from None
+    if settings is not None:
+        call.settings = settings
+    with using(Tape.from_json(tape)):
+        verdict = replay_call(call)
+    if isinstance(recorded.get("target"), str):
+        verdict.target = recorded["target"]
+    return verdict
+
+
+def _replay_telemetry(source_name: str, tape: Tape, settings: Settings | None, name: str) -> Verdict:
+    """A telemetry source's recorded reads judged as analyze judges GPU telemetry alone: the server's signals
+    unavailable, with the reason."""
+    from llmdiag.collect.evidence import no_server
+    from llmdiag.collect.signals import build_signal_set
+    from llmdiag.collect.taped import replay_source_reads
+
+    source, scrapes = replay_source_reads(source_name, tape)
+    signals = build_signal_set(source.spec, scrapes, source.display_url)
+    signals.sources[-1].config.update(source.details)
+    no_server(signals, [f"{source.label or source_name} recording ({name})"])
+    return build_verdict(signals, settings, target=source.display_url)
 
 
 def replay_call(call: ScanCall) -> Verdict:

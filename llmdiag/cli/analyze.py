@@ -3,6 +3,7 @@ DCGM pages, together, pasted text around them and all."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -10,7 +11,7 @@ import typer
 
 from llmdiag.api.scan import diagnose_files
 from llmdiag.cli.options import OutputFlags, PagesFlags, flag_groups, refuse
-from llmdiag.cli.output import emit, exit_code, fail, note, print_json, write_html
+from llmdiag.cli.output import EXIT_ERROR, emit, exit_code, fail, note, print_error, print_json, write_html
 from llmdiag.client.endpoint import DEFAULT_MAX_METRICS_BYTES
 from llmdiag.collect.bundle import is_bundle
 from llmdiag.config import Settings
@@ -65,7 +66,8 @@ def analyze(
 def replay(files: list[Path], output: OutputFlags, pages: PagesFlags, since: str | None, until: str | None) -> NoReturn:
     """A bundle (--record): each run replayed through the live collect path and judged as it was, with the recorded
     settings unless --config or --slo-tpot says otherwise. Several runs (check's targets, load's levels): each in
-    turn; --json prints them as a list. Exit by the worst finding."""
+    turn (a run that failed live shows its error again); --json prints them as a list of {"run", "verdict"} or
+    {"run", "error", "hint"}. Exit by the worst finding; 2 when no run gives a verdict."""
     from llmdiag.api.scan import replay_bundle
 
     refuse(
@@ -77,19 +79,35 @@ def replay(files: list[Path], output: OutputFlags, pages: PagesFlags, since: str
         raise UsageError("a bundle is replayed on its own", "give the bundle alone: llmdiag analyze bundle.tar.gz")
     settings = output.settings() if output.config is not None or output.slo_tpot is not None else None
     _, runs = replay_bundle(files[0], settings)
-    verdicts = [run.verdict for run in runs]
-    if output.html is not None:
+    verdicts = [run.verdict for run in runs if run.verdict is not None]
+    if output.html is not None and verdicts:
         write_html(output.html, verdicts[-1], quiet=output.as_json or output.markdown)
-    if len(verdicts) == 1:
+    if len(runs) == 1 and verdicts:
         emit(verdicts[0], output.as_json, output.verbose, output.markdown)
     elif output.as_json:
-        print_json("[\n" + ",\n".join(render_json(v) for v in verdicts) + "\n]")
+        parts = [
+            f'{{"run": {json.dumps(run.name)}, "verdict": {render_json(run.verdict)}}}'
+            if run.verdict is not None
+            else json.dumps(
+                {
+                    "run": run.name,
+                    "error": run.error.message if run.error else "",
+                    "hint": run.error.hint if run.error else "",
+                }
+            )
+            for run in runs
+        ]
+        print_json("[\n" + ",\n".join(parts) + "\n]")
     else:
         for run in runs:
             note(f"run {run.name}:")
-            emit(run.verdict, False, output.verbose, output.markdown)
-    worst = max((exit_code(v, output.fail_on) for v in verdicts), default=0)
-    raise typer.Exit(worst)
+            if run.verdict is not None:
+                emit(run.verdict, False, output.verbose, output.markdown)
+            elif run.error is not None:
+                print_error(run.error.message, run.error.hint)
+    if not verdicts:
+        raise typer.Exit(EXIT_ERROR)
+    raise typer.Exit(max(exit_code(v, output.fail_on) for v in verdicts))
 
 
 def judge_files(

@@ -23,13 +23,25 @@ from llmdiag.cli.options import (
     MetricsUrlOpt,
     NvmlOpt,
     PidOpt,
+    RecordOpt,
     check_outputs,
     check_writable,
     flag_groups,
+    flags_json,
     telemetry_options,
     with_slo,
 )
-from llmdiag.cli.output import EXIT_OK, fail, load_progress, note, print_json, stdout, write_html, write_output
+from llmdiag.cli.output import (
+    EXIT_OK,
+    fail,
+    load_progress,
+    note,
+    print_json,
+    recording,
+    stdout,
+    write_html,
+    write_output,
+)
 from llmdiag.client.endpoint import Connection
 from llmdiag.collect.live import TelemetryOptions
 from llmdiag.collect.load import LoadPlan, TokenLengths, plan_of, workload_of
@@ -185,6 +197,7 @@ class LoadOutputFlags:
     config: ConfigOpt = None
     html: HtmlOpt = None
     markdown: MarkdownOpt = False
+    record: RecordOpt = None
 
 
 @app.command()
@@ -207,15 +220,18 @@ def load(
             (replay.save_workload, "--save-workload"),
             (output.output, "--output"),
             (output.html, "--html"),
+            (output.record, "--record"),
         ):
             check_writable(path, flag)
         run = prepare(workload, replay, target.timeout, load_settings(output.config))
-        if url is None:
-            report = load_simulator(preset, run, output.as_json)
-        else:
-            connection = target.connection(url)
-            telemetry = telemetry_options(target.dcgm_url, target.nvml, target.pid)
-            report = drive(connection, telemetry, run, output.as_json)
+        options = flags_json(url=url, preset=None if url else preset, workload=workload, target=target)
+        with recording(output.record, "load", options):  # each level's scan is one run of the bundle
+            if url is None:
+                report = load_simulator(preset, run, output.as_json)
+            else:
+                connection = target.connection(url)
+                telemetry = telemetry_options(target.dcgm_url, target.nvml, target.pid)
+                report = drive(connection, telemetry, run, output.as_json)
         if replay.save_workload is not None and report.workload is not None:
             save_workload(replay.save_workload, report.workload)
         if output.output is not None:

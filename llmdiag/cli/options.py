@@ -332,9 +332,13 @@ def telemetry_options(
 
 
 def load_nvml_replay(path: Path) -> object:
+    from llmdiag.collect.bundle import is_bundle, read_bundle
     from llmdiag.collect.telemetry.nvml_record import ReplayNvml  # a test's stand-in for the driver: rarely used
 
     try:
+        if is_bundle(path):  # bench/gpu_check.py --record: NVML's answers ride in the first run's tape
+            entries = read_bundle(path).runs[0].tape.get("channels", {}).get("nvml-library") or [{}]
+            return ReplayNvml.from_recording(entries[0].get("value"))
         return ReplayNvml.from_file(path)
     except (OSError, ValueError) as exc:
         hint = "give a recording written by bench/gpu_check.py --record"

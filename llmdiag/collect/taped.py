@@ -164,3 +164,17 @@ def taped_canary(connection: Connection, duration_seconds: float) -> Canary:
     if tape is None:
         return Canary(connection, duration_seconds)
     return (ReplayCanary if tape.replaying else RecordingCanary)(tape, connection, duration_seconds)
+
+
+# --- a telemetry-only recording (bench/gpu_check.py --record) -----------------------------------------------------
+
+
+def replay_source_reads(name: str, tape: Tape) -> tuple[Source, list[Scrape]]:
+    """A recorded telemetry source and every read it recorded, in order: a recording of the source alone (no
+    server, no window loop), as ``bench/gpu_check.py --record`` makes one."""
+    channel = f"source {name}"
+    opened = _replayed_source(tape, channel)
+    if isinstance(opened, SourceInfo):
+        raise InputFileError(f"the bundle's {name} source did not open: {opened.note}", REPLAY_HINT)
+    reads = len(tape.channels.get(channel, [])) - 1
+    return opened, [opened.read() for _ in range(reads)]

@@ -27,7 +27,7 @@ from llmdiag.sim.server import SimServer
 from tests.conftest import FIXTURES, run_cli
 from tests.support.httpserver import Reply, ScriptedServer
 
-DEMO_SECONDS = 3.0
+DEMO_SECONDS = 2.0
 NVML_RECORDING = FIXTURES / "nvml" / "h100-sxm-tp2-decode.json"
 
 
@@ -129,3 +129,71 @@ def test_the_recorded_connection_carries_no_secret_into_the_replay() -> None:
     assert "team-a" not in connection_secrets(connection)  # not a credential: left out of the options, not scrubbed
     replay = connection_from_json(recorded)
     assert replay.api_key == "" and replay.headers == {} and replay.base_url == "http://***@gpu-7:8000"
+
+
+def test_bench_gpu_check_records_the_same_format_and_it_replays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench/gpu_check.py --record writes a bundle too: each phase's NVML samples as the scan's NVML source records
+    them (here NVML is a recording of a real-device shape played back at the pynvml boundary: no GPU in CI)."""
+    from bench import gpu_check
+    from llmdiag.cli.options import load_nvml_replay
+    from llmdiag.collect.signals import build_signal_set
+    from llmdiag.collect.tape import Tape
+    from llmdiag.collect.telemetry.nvml import NvmlSampler
+    from llmdiag.collect.telemetry.nvml_record import ReplayNvml
+    from llmdiag.schema.loader import load_probe
+
+    monkeypatch.setattr(gpu_check, "SAMPLE_SECONDS", 0.01)
+    answers = json.loads(NVML_RECORDING.read_text())
+    library = ReplayNvml(answers)
+    library.nvmlInit()
+    sampler = NvmlSampler(library)
+    tapes = Tape(), Tape()
+    idle, loaded = gpu_check.sample(sampler, 0.05, tapes[0]), gpu_check.sample(sampler, 0.05, tapes[1])
+    path = tmp_path / "gpu.tar.gz"
+    gpu_check.write_recording(path, "cuda:0", [("idle", 0.05, tapes[0]), ("under load", 0.05, tapes[1])], answers)
+    _, runs = replay_bundle(path)
+    assert [r.name for r in runs] == ["idle", "under load"]
+    for run, scrapes in zip(runs, (idle, loaded), strict=True):
+        assert run.verdict is not None
+        direct = build_signal_set(load_probe("nvml"), scrapes, "nvml")
+        for name in ("gpu_utilization_ratio", "gpu_memory_used_bytes", "gpu_power_watts"):
+            assert run.verdict.signals[name].stats == direct.signals[name].stats, name
+        # only GPU telemetry: the server's signals are unavailable with the reason, never zero or idle
+        assert run.verdict.signals["requests_running"].unavailable is not None
+        assert run.verdict.bottleneck != "idle"
+    # --nvml-replay takes the bundle: NVML's own answers ride in it
+    replay = load_nvml_replay(path)
+    assert isinstance(replay, ReplayNvml) and replay.recording == answers
+
+
+@pytest.mark.timeout(180)
+def test_load_and_check_record_each_scan_as_a_run_and_replay_them_all(tmp_path: Path) -> None:
+    load_bundle, check_bundle = tmp_path / "load.tar.gz", tmp_path / "check.tar.gz"
+    load = run_cli(
+        "load", "--users", "4", "--duration", "2", "--warmup", "1", "--json", "--record", str(load_bundle),
+        timeout=150,
+    )  # fmt: skip
+    assert load.returncode == 0, load.stderr
+    replayed = run_cli("analyze", str(load_bundle), "--json", "--fail-on", "never")
+    assert replayed.returncode == 0, replayed.stderr
+    # one level: one run, replayed into the verdict the load report gave that level
+    (point,) = json.loads(load.stdout)["points"]
+    assert json.loads(replayed.stdout) == point["verdict"]
+    preset = get_preset("scheduling")
+    with SimServer(preset) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=120):
+        time.sleep(2.0)
+        dead = "http://127.0.0.1:9"  # the discard port: nothing listens there
+        check = run_cli(
+            "check", sim.url, dead, "--duration", "3", "--no-history", "--json", "--record", str(check_bundle),
+            timeout=120,
+        )  # fmt: skip
+    report = json.loads(check.stdout)
+    replayed = run_cli("analyze", str(check_bundle), "--json", "--fail-on", "never")
+    assert replayed.returncode == 0, replayed.stderr
+    runs = {r["run"]: r for r in json.loads(replayed.stdout)}
+    live = {t["url"]: t for t in report["targets"]}
+    assert runs[sim.url]["verdict"] == live[sim.url]["verdict"]
+    # the dead target failed live: its run replays into the same error
+    assert runs[dead]["error"] == live[dead]["error"] and "verdict" not in runs[dead]
