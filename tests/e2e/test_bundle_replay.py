@@ -197,3 +197,25 @@ def test_load_and_check_record_each_scan_as_a_run_and_replay_them_all(tmp_path: 
     assert runs[sim.url]["verdict"] == live[sim.url]["verdict"]
     # the dead target failed live: its run replays into the same error
     assert runs[dead]["error"] == live[dead]["error"] and "verdict" not in runs[dead]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("dialect", "channel"),
+    [("llamacpp", "value {url}/props"), ("trtllm", "page {url}/prometheus/metrics")],
+)
+def test_other_servers_replay_with_their_own_reads(dialect: str, channel: str, tmp_path: Path) -> None:
+    """llama.cpp's /props (the slot count) and TensorRT-LLM's JSON page with its Prometheus companion and /version
+    are recorded and replayed as the scan read them."""
+    from llmdiag.api.scan import diagnose
+
+    preset = get_preset("scheduling")
+    path = tmp_path / f"{dialect}.tar.gz"
+    with SimServer(preset, dialect=dialect) as sim, ClosedLoopLoad(sim.url, sim.model, preset.load, max_seconds=60):
+        time.sleep(1.0)
+        with Recorder(path, "scan") as recorder, recording_to(recorder):
+            live = diagnose(Connection(base_url=sim.url), 2.0, canary=True)
+        url = sim.url
+    _, (run,) = replay_bundle(path)
+    assert run.verdict is not None and render_json(run.verdict) == render_json(live)
+    assert channel.format(url=url) in read_bundle(path).runs[0].tape["channels"]
