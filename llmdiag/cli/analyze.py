@@ -30,7 +30,7 @@ def analyze(
         typer.Argument(
             help="The incident's files, any mix: server logs (vLLM, SGLang, TensorRT-LLM), saved /metrics dumps "
             "(one: lifetime averages or a snapshot; 2+: a window), DCGM exporter pages; told apart by what they hold, "
-            "with pasted prose, fences and quotes around the data."
+            "with pasted prose, fences and quotes around the data. Or one bundle that --record wrote: replayed."
         ),
     ],
     *,

@@ -158,7 +158,8 @@ def write_bundle(path: Path, bundle: Bundle, secrets: Iterable[str] = ()) -> int
 
 
 def is_bundle(path: Path) -> bool:
-    """Whether ``path`` looks like a bundle: gzip whose tar holds manifest.json first (a cheap look, capped)."""
+    """Whether ``path`` looks like a bundle: a gzipped tar (a cheap look at its first header); the reader then says
+    plainly when it is a tar but not a bundle."""
     try:
         with path.open("rb") as handle:
             if handle.read(2) != GZIP_MAGIC:
@@ -167,7 +168,7 @@ def is_bundle(path: Path) -> bool:
             head = gzip.GzipFile(fileobj=handle).read(512)
     except (OSError, EOFError, gzip.BadGzipFile):
         return False
-    return head[:100].rstrip(b"\0") == MANIFEST.encode() and head[257:262] == b"ustar"
+    return head[257:262] == b"ustar"
 
 
 class _Capped(io.RawIOBase):

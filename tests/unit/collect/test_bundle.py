@@ -214,3 +214,10 @@ def test_a_scrape_survives_json_with_its_labels_nan_and_unavailable_reasons() ->
     assert math.isnan(back.series["nvml_gpu_utilization_ratio"][(("gpu", "1"),)])
     assert back.series["nvml_power_watts"][()] == math.inf
     assert back.unavailable == scrape.unavailable
+
+
+def test_a_tar_that_is_not_a_bundle_is_routed_to_the_reader_and_said_so(tmp_path: Path) -> None:
+    path = tar_gz(tmp_path / "logs.tar.gz", [member("vllm.log")], {"vllm.log": b"INFO 12-01 engine started\n"})
+    assert is_bundle(path)
+    with pytest.raises(InputFileError, match="not part of a bundle"):
+        read_bundle(path)
