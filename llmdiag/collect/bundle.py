@@ -128,13 +128,27 @@ def _members(bundle: Bundle) -> list[tuple[str, str]]:
 def write_bundle(path: Path, bundle: Bundle, secrets: Iterable[str] = ()) -> int:
     """Write the bundle atomically (a temporary file beside it, renamed): never half a file. Returns its size."""
     secrets = list(secrets)
+    members = [(name, scrub(text, secrets).encode("utf-8")) for name, text in _members(bundle)]
+    # a bundle the reader would refuse is not written: say so now, not when someone opens it
+    largest, total = max(len(data) for _, data in members), sum(len(data) for _, data in members)
+    if largest > MAX_MEMBER_BYTES or total > MAX_TOTAL_BYTES:
+        raise UsageError(
+            f"the recording is {total // 2**20} MiB, over what a bundle may hold "
+            f"({MAX_MEMBER_BYTES // 2**20} MiB a run, {MAX_TOTAL_BYTES // 2**20} MiB in all): not written",
+            f"record a shorter {option('duration_seconds')}, or fewer targets",
+        )
     raw = io.BytesIO()
     with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zipped, tarfile.open(fileobj=zipped, mode="w") as tar:
-        for name, text in _members(bundle):
-            data = scrub(text, secrets).encode("utf-8")
+        for name, data in members:
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(data), 0o644, int(bundle.recorded_at_unix or time.time())
             tar.addfile(info, io.BytesIO(data))
+    if len(raw.getvalue()) > MAX_FILE_BYTES:
+        raise UsageError(
+            f"the recording compresses to {len(raw.getvalue()) // 2**20} MiB, over the "
+            f"{MAX_FILE_BYTES // 2**20} MiB a bundle may be: not written",
+            f"record a shorter {option('duration_seconds')}, or fewer targets",
+        )
     folder = path.parent if str(path.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)

@@ -164,14 +164,14 @@ def _same(value: Any) -> Any:
 # --- the page boundary ------------------------------------------------------------------------------------------
 
 
-def taped_fetch(method: Callable[[Any], tuple[str, float]]) -> Callable[[Any], tuple[str, float]]:
+def taped_fetch(method: Callable[..., tuple[str, float]]) -> Callable[..., tuple[str, float]]:
     """For ``HttpMetricsSource.fetch_text``: the page body and its read time, per page URL as shown (no password)."""
 
     @functools.wraps(method)
-    def fetch(self: Any) -> tuple[str, float]:
+    def fetch(self: Any, *args: Any, **kwargs: Any) -> tuple[str, float]:
         return taped_value(
             f"page {self.display_url}",
-            lambda: method(self),
+            lambda: method(self, *args, **kwargs),
             lambda answer: {"text": answer[0], "read_at_unix": answer[1]},
             lambda value: (str(value["text"]), float(value["read_at_unix"])),
         )
@@ -179,15 +179,15 @@ def taped_fetch(method: Callable[[Any], tuple[str, float]]) -> Callable[[Any], t
     return fetch
 
 
-def taped_json(method: Callable[[Any, str], object]) -> Callable[[Any, str], object]:
+def taped_json(method: Callable[..., object]) -> Callable[..., object]:
     """For detection's ``get_json(path)``: the JSON answer (None: none usable) and the headers it came with."""
 
     @functools.wraps(method)
-    def get_json(self: Any, path: str) -> object:
+    def get_json(self: Any, path: str, *args: Any, **kwargs: Any) -> object:
         before = len(self.headers)
 
         def live() -> tuple[object, list[Any]]:
-            body = method(self, path)
+            body = method(self, path, *args, **kwargs)
             return body, [h for h in self.headers[before:] if h[1].lower() not in SECRET_HEADERS]
 
         body, headers = taped_value(

@@ -17,7 +17,7 @@ from llmdiag.collect import bundle as bundle_module
 from llmdiag.collect.bundle import Bundle, Run, is_bundle, read_bundle, read_members, scrub, write_bundle
 from llmdiag.collect.exposition import Scrape
 from llmdiag.collect.tape import Tape, error_from_json, error_to_json, scrape_from_json, scrape_to_json, using
-from llmdiag.errors import HTTPStatusError, InputFileError, ProbeError
+from llmdiag.errors import HTTPStatusError, InputFileError, ProbeError, UsageError
 
 
 def small_bundle(**call: object) -> Bundle:
@@ -221,3 +221,11 @@ def test_a_tar_that_is_not_a_bundle_is_routed_to_the_reader_and_said_so(tmp_path
     assert is_bundle(path)
     with pytest.raises(InputFileError, match="not part of a bundle"):
         read_bundle(path)
+
+
+def test_a_recording_the_reader_would_refuse_is_not_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bundle_module, "MAX_MEMBER_BYTES", 100)
+    path = tmp_path / "big.tar.gz"
+    with pytest.raises(UsageError, match="over what a bundle may hold"):
+        write_bundle(path, small_bundle())
+    assert not path.exists() and not list(tmp_path.iterdir())
