@@ -145,7 +145,8 @@ def write_output(path: Path, text: str) -> None:
 @contextmanager
 def recording(path: Path | None, command: str, options: dict[str, Any]) -> Iterator[Any]:
     """--record FILE: a Recorder that this thread's scans record into (None without the option); the bundle is
-    written when the block ends, also when the run failed, and a line says where."""
+    written when the block ends, also when the run failed (its reads are what a bug report needs), and a line says
+    where. An interrupted run (Ctrl-C) writes nothing: half a window is no recording of one."""
     if path is None:
         yield None
         return
@@ -155,15 +156,21 @@ def recording(path: Path | None, command: str, options: dict[str, Any]) -> Itera
     try:
         with recording_to(recorder):
             yield recorder
-    finally:
-        try:
-            recorder.write()
-        except LlmdiagError as error:
-            print_error(error.message, error.hint)
-        else:
-            if recorder.written_bytes:
-                size = f"{recorder.written_bytes / 1024:.0f} KiB"
-                note(f"bundle written to {path} ({size}): attach it to your issue; `llmdiag analyze {path}` replays it")
+    except Exception:  # the run failed: written all the same (KeyboardInterrupt is no Exception: not written)
+        _write_recording(recorder, path)
+        raise
+    _write_recording(recorder, path)
+
+
+def _write_recording(recorder: Any, path: Path) -> None:
+    try:
+        recorder.write()
+    except LlmdiagError as error:
+        print_error(error.message, error.hint)
+    else:
+        if recorder.written_bytes:
+            size = f"{recorder.written_bytes / 1024:.0f} KiB"
+            note(f"bundle written to {path} ({size}): attach it to your issue; `llmdiag analyze {path}` replays it")
 
 
 @contextmanager
