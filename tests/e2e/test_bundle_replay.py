@@ -35,8 +35,11 @@ NVML_RECORDING = FIXTURES / "nvml" / "h100-sxm-tp2-decode.json"
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_every_preset_replays_to_the_verdict_it_gave_live(preset: str, tmp_path: Path) -> None:
     path = tmp_path / f"{preset}.tar.gz"
+    # one preset ends its window when the verdict holds still (--duration auto): the replay must end it at the
+    # same scrape, judged on the same clock readings
+    auto = preset == "scheduling"
     with Recorder(path, "demo") as recorder, recording_to(recorder):
-        live = run_demo(preset, DEMO_SECONDS)
+        live = run_demo(preset, 20.0 if auto else DEMO_SECONDS, auto_duration=auto)
     # the simulator is stopped: a replay that reached for the network would fail here
     started = time.monotonic()
     bundle, runs = replay_bundle(path)
@@ -51,6 +54,8 @@ def test_every_preset_replays_to_the_verdict_it_gave_live(preset: str, tmp_path:
     assert CANARY_CHANNEL in channels and any(k.endswith("/dcgm/metrics") for k in channels)
     # the window's sleeps are not replayed
     assert replay_seconds < DEMO_SECONDS
+    if auto:
+        assert "automatic window" in live.notes[-1], live.notes
 
 
 def secret_free(path: Path, *secrets: str) -> None:
