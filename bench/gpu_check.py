@@ -3,11 +3,15 @@
 Run on a machine with an NVIDIA GPU, nvidia-ml-py and a CUDA build of torch:
 
     python bench/gpu_check.py                      # prints the signals, checks they are sane, exit 1 if not
-    python bench/gpu_check.py --record rec.json    # also writes what NVML answered, for ReplayNvml fixtures
+    python bench/gpu_check.py --record gpu.tar.gz  # also writes a bundle: every sample, and what NVML answered
 
 Checks: utilisation rises under load; NVML's memory used grows by what torch reserved (within 5 %); SM clocks and
 power stay within the device's own maxima; the temperature is plausible. Unlike tests, this prints and asserts on
 a real device; the unit tests replay recordings of one at the pynvml boundary.
+
+--record writes the bundle every llmdiag recording is (llmdiag.collect.bundle): one run per phase (idle, under load)
+with NVML's samples as the scan's NVML source records them, which `llmdiag analyze gpu.tar.gz` replays, and NVML's
+answers call by call (ReplayNvml's format, for tests/fixtures/nvml) in the channel "nvml-library" of the first run.
 """
 
 from __future__ import annotations
@@ -23,7 +27,11 @@ from pathlib import Path
 # the machine's own CUDA torch and nvidia-ml-py, where llmdiag may not be installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from llmdiag.collect.bundle import Bundle, Run, write_bundle  # noqa: E402
 from llmdiag.collect.signals import build_signal_set  # noqa: E402
+from llmdiag.collect.source import Source  # noqa: E402
+from llmdiag.collect.tape import Tape, using  # noqa: E402
+from llmdiag.collect.taped import taped_source  # noqa: E402
 from llmdiag.collect.telemetry.nvml import NvmlSampler, explain  # noqa: E402
 from llmdiag.collect.telemetry.nvml_record import RecordingNvml  # noqa: E402
 from llmdiag.model import SignalSet  # noqa: E402
@@ -36,13 +44,42 @@ BUFFER_BYTES = 8 * 1024**3  # a block big enough that NVML's view and torch's mu
 MEMORY_TOLERANCE_RATIO = 0.05
 
 
-def sample(sampler: NvmlSampler, seconds: float) -> list:
+def sample(sampler: NvmlSampler, seconds: float, tape: Tape | None = None) -> list:
+    """Samples for ``seconds``; with a tape, read through the scan's NVML source, which records each one."""
+    read = sampler.read
+    if tape is not None:
+        with using(tape):
+            source = taped_source(
+                "nvml",
+                lambda: Source(
+                    spec=load_probe("nvml"),
+                    display_url="nvml://" + ",".join(str(g.index) for g in sampler.gpus),
+                    read=sampler.read,
+                    interval_seconds=SAMPLE_SECONDS,
+                    label="GPU telemetry (NVML)",
+                    check_first=False,
+                    details=sampler.describe(),
+                ),
+            )
+        assert isinstance(source, Source)
+        read = source.read
     scrapes = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        scrapes.append(sampler.read())
+        scrapes.append(read())
         time.sleep(SAMPLE_SECONDS)
     return scrapes
+
+
+def write_recording(path: Path, device: str, phases: list[tuple[str, float, Tape]], nvml_answers: object) -> None:
+    """The phases as one bundle; NVML's own answers ride in the first run's tape."""
+    phases[0][2].put("nvml-library", {"value": nvml_answers})
+    runs = [
+        Run(name, {"kind": "telemetry", "source": "nvml", "duration_seconds": seconds}, tape.to_json())
+        for name, seconds, tape in phases
+    ]
+    size = write_bundle(path, Bundle("gpu_check", {"device": device}, runs))
+    print(f"\nbundle written to {path} ({size / 1024:.0f} KiB): `llmdiag analyze {path}` replays each phase")
 
 
 def matmul_load(stop: threading.Event, device: str) -> None:
@@ -74,7 +111,7 @@ def stat(signals: SignalSet, name: str, which: str) -> float | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--record", type=Path, help="write NVML's answers here (JSON for ReplayNvml)")
+    parser.add_argument("--record", type=Path, help="write a bundle (.tar.gz) of every sample and NVML's answers")
     parser.add_argument("--device", default="cuda:0")
     args = parser.parse_args()
     try:
@@ -103,7 +140,8 @@ def main() -> int:
     warm = torch.randn(256, 256, device=args.device, dtype=torch.bfloat16)
     (warm @ warm).sum().item()
     torch.cuda.synchronize()
-    idle = build_signal_set(spec, sample(sampler, IDLE_SECONDS), "nvml")
+    tapes = (Tape(), Tape()) if args.record else (None, None)
+    idle = build_signal_set(spec, sample(sampler, IDLE_SECONDS, tapes[0]), "nvml")
     reserved_before = torch.cuda.memory_reserved(args.device)
     buffer = torch.empty(BUFFER_BYTES, dtype=torch.uint8, device=args.device)
     buffer.fill_(1)
@@ -111,7 +149,7 @@ def main() -> int:
     worker = threading.Thread(target=matmul_load, args=(stop, args.device), daemon=True)
     worker.start()
     try:
-        loaded_scrapes = sample(sampler, LOAD_SECONDS)
+        loaded_scrapes = sample(sampler, LOAD_SECONDS, tapes[1])
     finally:
         stop.set()
         worker.join(timeout=30)
@@ -166,8 +204,9 @@ def main() -> int:
     for name, ok, detail in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {name}: {detail}")
     if args.record:
-        args.record.write_text(json.dumps(library.recording(), indent=1))  # type: ignore[union-attr]
-        print(f"\nrecording written to {args.record}")
+        assert tapes[0] is not None and tapes[1] is not None
+        phases = [("idle", IDLE_SECONDS, tapes[0]), ("under matmul load", LOAD_SECONDS, tapes[1])]
+        write_recording(args.record, args.device, phases, library.recording())  # type: ignore[union-attr]
     return 0 if all(ok for _, ok, _ in checks) else 1
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 
+from llmdiag.api.record import ScanCall, active_recorder
 from llmdiag.api.trace import analyze_traces as analyze_traces
 from llmdiag.client.endpoint import Connection, redact_url
 from llmdiag.collect.live import TelemetryOptions
@@ -63,10 +65,14 @@ def run_load(
         slo_ttft_seconds=slo_ttft_seconds,
         slo_tpot_seconds=slo_tpot_seconds,
     )
+    recorder = active_recorder()
     for index, level in enumerate(plan.levels):
         if on_level:
             on_level(index, len(plan.levels), level)
-        run = asyncio.run(run_level(connection, plan, level, telemetry))
+        call = ScanCall(connection, plan.duration_seconds, settings, telemetry, kind="collect")
+        taping = recorder.tape(f"level {level:g}", call) if recorder is not None else None
+        with taping or contextlib.nullcontext():
+            run = asyncio.run(run_level(connection, plan, level, telemetry))
         report.model = report.model or run.model
         point = summarise(
             run.results,
@@ -82,6 +88,8 @@ def run_load(
             point.verdict = build_verdict(run.signals, settings, target=report.target)
         else:
             report.notes.append(f"at {level:g}: no server-side diagnosis ({run.scan_error})")
+        if taping is not None:  # the level's scan is one run of the bundle, kept as it was judged
+            taping.verdict, taping.error = point.verdict, run.scan_error
         report.points.append(point)
     report.knee = find_knee(report.points, slo_given=slo_ttft_seconds is not None or slo_tpot_seconds is not None)
     if ab is not None:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from llmdiag.api.record import ScanCall, active_recorder, model_from_json
 from llmdiag.api.trace import analyze_traces as analyze_traces
 from llmdiag.client.endpoint import Connection, redact_url
 from llmdiag.collect import DEFAULT_DURATION_SECONDS
+from llmdiag.collect.bundle import Bundle, read_bundle
 from llmdiag.collect.canary import LABEL as CANARY_LABEL
 from llmdiag.collect.live import ProgressCallback, TelemetryOptions, collect_live
 from llmdiag.collect.source import unavailable_source
+from llmdiag.collect.tape import REPLAY_HINT, Tape, taped_value, using
 from llmdiag.collect.trace.signals import merge_trace_signals
 from llmdiag.config import Settings
 from llmdiag.engine.baseline import Baseline, add_baseline_signals
@@ -19,7 +24,7 @@ from llmdiag.engine.capacity import deployment_seen, roofline_for_window, roofli
 from llmdiag.engine.derived import add_derived
 from llmdiag.engine.evaluate import build_verdict
 from llmdiag.engine.settle import VerdictSettler
-from llmdiag.errors import InputFileError, UsageError, option
+from llmdiag.errors import InputFileError, LlmdiagError, UsageError, option
 from llmdiag.model import Roofline, SignalSet, SourceInfo, TraceReport, Verdict
 from llmdiag.physics.hardware import ModelSpec, cached_model_config, load_model_config
 from llmdiag.physics.step import Deployment
@@ -50,8 +55,36 @@ def diagnose(
 
     With ``auto_duration``, ``duration_seconds`` is the longest window: it ends as soon as the verdict holds still
     (``llmdiag.engine.settle``), and the notes say when and why.
+
+    Inside ``llmdiag.api.record.recording_to(recorder)``, everything the scan reads is recorded as one run of the
+    recorder's bundle.
     """
+    call = ScanCall(
+        connection,
+        duration_seconds,
+        settings,
+        telemetry,
+        deployment,
+        canary,
+        canary_off_reason,
+        baseline,
+        trace,
+        server,
+        auto_duration,
+    )
+    recorder = active_recorder()
+    if recorder is None:
+        return _diagnose(call, on_progress)
+    with recorder.tape(redact_url(connection.base_url), call) as taping:
+        taping.verdict = _diagnose(call, on_progress)
+    return taping.verdict
+
+
+def _diagnose(call: ScanCall, on_progress: ProgressCallback | None) -> Verdict:
     from llmdiag.collect.detect import check_server_name, note_server_choice
+
+    connection, duration_seconds, settings, server = call.connection, call.duration_seconds, call.settings, call.server
+    canary, auto_duration = call.canary, call.auto_duration
 
     probe = check_server_name(server) if server is not None else None  # None: detected by collect_live
     settler = VerdictSettler() if auto_duration else None
@@ -60,7 +93,7 @@ def diagnose(
         duration_seconds,
         probe=probe,
         on_progress=on_progress,
-        telemetry=telemetry,
+        telemetry=call.telemetry,
         canary=canary,
         settled=(lambda so_far, elapsed: settler.observe(build_verdict(so_far, settings), elapsed))
         if settler
@@ -68,14 +101,14 @@ def diagnose(
     )
     if probe is not None:
         note_server_choice(signals, probe, f"{option('server')} {probe} given")
-    if not canary and canary_off_reason:
-        note = f"{CANARY_LABEL}: not sent ({canary_off_reason})"
+    if not canary and call.canary_off_reason:
+        note = f"{CANARY_LABEL}: not sent ({call.canary_off_reason})"
         signals.sources.append(unavailable_source("canary", CANARY_LABEL, note))
-    if baseline is not None:
-        add_baseline_signals(signals, baseline)
-    if trace is not None:
-        merge_trace_signals(signals, trace)
-    roofline = place_under_ceiling(signals, deployment)
+    if call.baseline is not None:
+        add_baseline_signals(signals, call.baseline)
+    if call.trace is not None:
+        merge_trace_signals(signals, call.trace)
+    roofline = place_under_ceiling(signals, call.deployment)
     verdict = build_verdict(signals, settings, target=redact_url(connection.base_url))
     verdict.roofline = roofline
     if settler is not None:
@@ -84,7 +117,17 @@ def diagnose(
 
 
 def cached_model(name: str) -> tuple[ModelSpec, str] | None:
-    """A served model the model table lacks, from the Hugging Face cache on this machine (its config.json)."""
+    """A served model the model table lacks, from the Hugging Face cache on this machine (its config.json); what
+    a recorded scan found there is replayed from its bundle."""
+    return taped_value(
+        f"value huggingface-cache {name}",
+        lambda: _cached_model(name),
+        lambda found: None if found is None else {"model": dataclasses.asdict(found[0]), "where": found[1]},
+        lambda value: None if value is None else (model_from_json(value["model"]), str(value["where"])),
+    )
+
+
+def _cached_model(name: str) -> tuple[ModelSpec, str] | None:
     path = cached_model_config(name)
     if path is None:
         return None
@@ -191,3 +234,87 @@ def diagnose_logs(
     """Judge server logs (vLLM stat-logger lines, SGLang batch lines, TensorRT-LLM iteration JSON): the same entry
     point as ``diagnose_files``, kept under its old name."""
     return diagnose_files(paths, settings, max_bytes=max_bytes, since=since, until=until)
+
+
+# --- replay -------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ReplayedRun:
+    name: str
+    verdict: Verdict | None
+    recorded: str | None  # the live verdict's JSON, as the bundle holds it
+    error: LlmdiagError | None = None  # the run's failure, replayed (a bundle of several runs goes on past it)
+
+
+def replay_bundle(path: Path, settings: Settings | None = None) -> tuple[Bundle, list[ReplayedRun]]:
+    """Every run of the bundle at ``path`` replayed through the live collect path. ``settings``: judge with these
+    instead of the recorded ones. A run that failed live fails again here, with its error: raised for a bundle of
+    one run, kept in its ``ReplayedRun`` for a bundle of several (check's targets, load's levels)."""
+    bundle = read_bundle(path)
+    replayed = []
+    for run in bundle.runs:
+        try:
+            verdict = _replay_run(path, run.name, run.call, run.tape, settings)
+        except LlmdiagError as error:
+            if len(bundle.runs) == 1:
+                raise
+            replayed.append(ReplayedRun(run.name, None, run.verdict, error))
+            continue
+        replayed.append(ReplayedRun(run.name, verdict, run.verdict))
+    return bundle, replayed
+
+
+def _replay_run(path: Path, name: str, recorded: dict, tape: dict, settings: Settings | None) -> Verdict:
+    if recorded.get("kind") == "telemetry":  # a source alone (bench/gpu_check.py --record): no server, no window loop
+        return _replay_telemetry(str(recorded.get("source", "nvml")), Tape.from_json(tape), settings, name)
+    try:
+        call = ScanCall.from_json(recorded)
+    except (KeyError, TypeError, ValueError, LlmdiagError) as exc:
+        message = exc.message if isinstance(exc, LlmdiagError) else f"{type(exc).__name__}: {exc}"
+        raise InputFileError(
+            f"{path}: run {name!r} has a call this llmdiag cannot read ({message})", REPLAY_HINT
+        ) from None
+    if settings is not None:
+        call.settings = settings
+    with using(Tape.from_json(tape)):
+        verdict = replay_call(call)
+    if isinstance(recorded.get("target"), str):
+        verdict.target = recorded["target"]
+    return verdict
+
+
+def _replay_telemetry(source_name: str, tape: Tape, settings: Settings | None, name: str) -> Verdict:
+    """A telemetry source's recorded reads judged as analyze judges GPU telemetry alone: the server's signals
+    unavailable, with the reason."""
+    from llmdiag.collect.evidence import no_server
+    from llmdiag.collect.signals import build_signal_set
+    from llmdiag.collect.taped import replay_source_reads
+
+    source, scrapes = replay_source_reads(source_name, tape)
+    signals = build_signal_set(source.spec, scrapes, source.display_url)
+    signals.sources[-1].config.update(source.details)
+    no_server(signals, [f"{source.label or source_name} recording ({name})"])
+    return build_verdict(signals, settings, target=source.display_url)
+
+
+def replay_call(call: ScanCall) -> Verdict:
+    if call.kind == "collect":
+        from llmdiag.collect.live import collect_live
+        from llmdiag.engine.evaluate import build_verdict
+
+        signals = collect_live(call.connection, call.duration_seconds, telemetry=call.telemetry)
+        return build_verdict(signals, call.settings, target=redact_url(call.connection.base_url))
+    return diagnose(
+        call.connection,
+        call.duration_seconds,
+        call.settings,
+        telemetry=call.telemetry,
+        deployment=call.deployment,
+        canary=call.canary,
+        canary_off_reason=call.canary_off_reason,
+        baseline=call.baseline,
+        trace=call.trace,
+        server=call.server,
+        auto_duration=call.auto_duration,
+    )

@@ -21,13 +21,16 @@ from llmdiag.cli.options import (
     CheckPrometheusFlags,
     ConfigOpt,
     ConnectionFlags,
+    RecordOpt,
     SloTpotOpt,
     TelemetryFlags,
+    check_writable,
     flag_groups,
+    flags_json,
     refuse,
     with_slo,
 )
-from llmdiag.cli.output import EXIT_NAGIOS_UNKNOWN, print_error, print_json
+from llmdiag.cli.output import EXIT_NAGIOS_UNKNOWN, print_error, print_json, recording
 from llmdiag.client.endpoint import Connection, redact_url
 from llmdiag.collect.prometheus.api import PrometheusSource
 from llmdiag.config import Settings, Target, load_settings
@@ -64,6 +67,7 @@ class CheckOutputFlags:
     as_json: Annotated[bool, typer.Option("--json", help="Print the check report as JSON instead.")] = False
     config: ConfigOpt = None
     slo_tpot: SloTpotOpt = None
+    record: RecordOpt = None
 
     def textfile_folder(self, settings: Settings) -> Path | None:
         textfile = self.textfile or settings.check.textfile
@@ -117,12 +121,16 @@ def check(
         textfile = output.textfile_folder(settings)
         store = output.history_store(settings)
         if source is not None:
+            refuse({"--record": output.record}, "records live scans; --prometheus reads no server", "leave it out")
             report = run_prometheus_check(
                 source, prometheus.selector, settings, duration, store, deadline_seconds=deadline
             )
         else:
             window = duration or settings.check.window_seconds
-            report = run_check(targets, settings, window, store, connections=connections, deadline_seconds=deadline)
+            check_writable(output.record, "--record")
+            options = flags_json(urls=urls or [], target=target, duration=window, connection=connection)
+            with recording(output.record, "check", options):
+                report = run_check(targets, settings, window, store, connections=connections, deadline_seconds=deadline)
     except LlmdiagError as error:
         check_unknown(error.message, error.hint)
     publish(report, textfile, output.pushgateway or settings.check.pushgateway)

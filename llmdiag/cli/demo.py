@@ -9,13 +9,14 @@ from typing import Annotated, NoReturn
 import typer
 
 from llmdiag.api.scan import run_demo
-from llmdiag.cli.options import DemoOutputFlags, OutputFlags, check_writable, flag_groups
+from llmdiag.cli.options import DemoOutputFlags, OutputFlags, check_writable, flag_groups, flags_json
 from llmdiag.cli.output import (
     emit,
     exit_code,
     fail,
     fail_if,
     note,
+    recording,
     scan_progress,
     write_html,
     write_output,
@@ -55,7 +56,13 @@ def show_demo(
         output.check()
         check_writable(output_path, "--output")
         settings = output.settings()
-        with scan_progress(f"the simulated server ({preset})", quiet=output.as_json) as tick:
+        record = getattr(output, "record", None)
+        check_writable(record, "--record")
+        options = flags_json(preset=preset, duration=duration, auto_duration=auto_duration)
+        with (
+            recording(record, "demo", options),
+            scan_progress(f"the simulated server ({preset})", quiet=output.as_json) as tick,
+        ):
             verdict = run_demo(
                 preset,
                 duration,

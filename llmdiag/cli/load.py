@@ -23,9 +23,11 @@ from llmdiag.cli.options import (
     MetricsUrlOpt,
     NvmlOpt,
     PidOpt,
+    RecordOpt,
     check_outputs,
     check_writable,
     flag_groups,
+    flags_json,
     telemetry_options,
     with_slo,
 )
@@ -37,6 +39,7 @@ from llmdiag.cli.output import (
     load_progress,
     note,
     print_json,
+    recording,
     stdout,
     write_html,
     write_output,
@@ -197,6 +200,7 @@ class LoadOutputFlags:
     config: ConfigOpt = None
     html: HtmlOpt = None
     markdown: MarkdownOpt = False
+    record: RecordOpt = None
 
 
 @app.command()
@@ -219,15 +223,18 @@ def load(
             (replay.save_workload, "--save-workload"),
             (output.output, "--output"),
             (output.html, "--html"),
+            (output.record, "--record"),
         ):
             check_writable(path, flag)
         run = prepare(workload, replay, target.timeout, load_settings(output.config))
-        if url is None:
-            report = load_simulator(preset, run, output.as_json)
-        else:
-            connection = target.connection(url)
-            telemetry = telemetry_options(target.dcgm_url, target.nvml, target.pid)
-            report = drive(connection, telemetry, run, output.as_json)
+        options = flags_json(url=url, preset=None if url else preset, workload=workload, target=target)
+        with recording(output.record, "load", options):  # each level's scan is one run of the bundle
+            if url is None:
+                report = load_simulator(preset, run, output.as_json)
+            else:
+                connection = target.connection(url)
+                telemetry = telemetry_options(target.dcgm_url, target.nvml, target.pid)
+                report = drive(connection, telemetry, run, output.as_json)
     except LlmdiagError as error:
         fail(error)
     # a sweep takes minutes: a file that cannot be written is reported after the report is printed, not instead

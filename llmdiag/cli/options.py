@@ -263,6 +263,44 @@ SelectorOpt = Annotated[
 # Option groups: what scan has, and check, analyze and demo share
 
 
+RecordOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--record",
+        help="Also save everything the probes saw (pages, detection, canary timings, GPU and host samples, options) "
+        "as a bundle .tar.gz to attach to a bug report; `llmdiag analyze FILE` replays it. Secrets are left out.",
+    ),
+]
+
+
+def flags_json(**groups: object) -> dict[str, Any]:
+    """The options of a run as a bundle's manifest lists them: header names only, no API key, no URL password."""
+    from llmdiag.errors import redact_url
+
+    def plain(key: str, value: Any) -> Any:
+        if key == "header" and value:
+            return [parse_header(h)[0] + ": <redacted>" for h in value]
+        if key == "api_key":
+            return "<redacted>" if value else None
+        if isinstance(value, Enum):
+            return value.value
+        if isinstance(value, Path):
+            return str(value)
+        if isinstance(value, str) and "://" in value:
+            return redact_url(value)
+        if isinstance(value, list | tuple):
+            return [plain("", v) for v in value]
+        return value if isinstance(value, str | int | float | bool | type(None)) else str(value)
+
+    out: dict[str, Any] = {}
+    for name, group in groups.items():
+        if dataclasses.is_dataclass(group) and not isinstance(group, type):
+            out[name] = {f.name: plain(f.name, getattr(group, f.name)) for f in dataclasses.fields(group)}
+        else:
+            out[name] = plain(name, group)
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class ConnectionFlags:
     """How to reach a server (scan, check)."""
@@ -327,9 +365,13 @@ def telemetry_options(
 
 
 def load_nvml_replay(path: Path) -> object:
+    from llmdiag.collect.bundle import is_bundle, read_bundle
     from llmdiag.collect.telemetry.nvml_record import ReplayNvml  # a test's stand-in for the driver: rarely used
 
     try:
+        if is_bundle(path):  # bench/gpu_check.py --record: NVML's answers ride in the first run's tape
+            entries = read_bundle(path).runs[0].tape.get("channels", {}).get("nvml-library") or [{}]
+            return ReplayNvml.from_recording(entries[0].get("value"))
         return ReplayNvml.from_file(path)
     except (OSError, ValueError) as exc:
         hint = "give a recording written by bench/gpu_check.py --record"
@@ -396,6 +438,7 @@ class DemoOutputFlags(OutputFlags):
     """The demo's output: it is bottlenecked on purpose, so it fails on nothing unless told."""
 
     fail_on: FailOnOpt = FailOn.never
+    record: RecordOpt = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -411,6 +454,7 @@ class ScanOutputFlags(OutputFlags):
             "never for the demo, which is bottlenecked on purpose).",
         ),
     ] = None  # type: ignore[assignment]  # None until scan's mode puts in its default; OutputFlags' is a FailOn
+    record: RecordOpt = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -178,6 +178,37 @@ def fail_if(*errors: LlmdiagError | None) -> None:
 
 
 @contextmanager
+def recording(path: Path | None, command: str, options: dict[str, Any]) -> Iterator[Any]:
+    """--record FILE: a Recorder that this thread's scans record into (None without the option); the bundle is
+    written when the block ends, also when the run failed (its reads are what a bug report needs), and a line says
+    where. An interrupted run (Ctrl-C) writes nothing: half a window is no recording of one."""
+    if path is None:
+        yield None
+        return
+    from llmdiag.api.record import Recorder, recording_to  # the HTTP stack: not for the commands that read files
+
+    recorder = Recorder(path, command, options)
+    try:
+        with recording_to(recorder):
+            yield recorder
+    except Exception:  # the run failed: written all the same (KeyboardInterrupt is no Exception: not written)
+        _write_recording(recorder, path)
+        raise
+    _write_recording(recorder, path)
+
+
+def _write_recording(recorder: Any, path: Path) -> None:
+    try:
+        recorder.write()
+    except LlmdiagError as error:
+        print_error(error.message, error.hint)
+    else:
+        if recorder.written_bytes:
+            size = f"{recorder.written_bytes / 1024:.0f} KiB"
+            note(f"bundle written to {path} ({size}): attach it to your issue; `llmdiag analyze {path}` replays it")
+
+
+@contextmanager
 def scan_progress(what: str, quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
     """A progress bar on stderr while scraping, when a person is watching."""
     if quiet or not stderr.is_terminal:

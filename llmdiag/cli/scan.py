@@ -30,7 +30,9 @@ from llmdiag.cli.options import (
     ScanOutputFlags,
     ScanPrometheusFlags,
     ScanTelemetryFlags,
+    check_writable,
     flag_groups,
+    flags_json,
     refuse,
 )
 from llmdiag.cli.output import (
@@ -41,6 +43,7 @@ from llmdiag.cli.output import (
     fail_if,
     note,
     print_json,
+    recording,
     scan_progress,
     stderr,
     stdout,
@@ -154,6 +157,7 @@ def scan(
             "--dcgm-url": telemetry.dcgm_url,
             "--trace": trace,
             "--verbose": output.verbose or None,
+            "--record": output.record,
         }
         scan_prometheus(prometheus, connection, output, only_prometheus)
     if urls and len(urls) > 1 or fleet.targets_file is not None:
@@ -168,6 +172,7 @@ def scan(
             "--nvml-replay": telemetry.nvml_replay,
             "--markdown": output.markdown or None,
             "--verbose": output.verbose or None,
+            "--record": output.record,
         }
         scan_fleet(urls or [], length.seconds, fleet, connection, telemetry.probe, pages, output, one_server_only)
     if not urls:
@@ -220,7 +225,21 @@ def scan_server(
         # with only a metrics URL given, the API may be another service or not ours to call
         canary = telemetry.probe if telemetry.probe is not None else connection.metrics_url is None
         why_not = "--no-probe" if telemetry.probe is False else "--metrics-url given: pass --probe to send them"
-        with scan_progress(server.base_url, quiet=output.as_json) as tick:
+        check_writable(output.record, "--record")
+        options = flags_json(
+            url=url,
+            duration=duration.seconds,
+            auto_duration=duration.auto,
+            connection=connection,
+            telemetry=telemetry,
+            pages=pages,
+            deployment=deployment,
+            trace=trace,
+        )
+        with (
+            recording(output.record, "scan", options),
+            scan_progress(server.base_url, quiet=output.as_json) as tick,
+        ):
             verdict = diagnose(
                 server,
                 duration.seconds,

@@ -26,6 +26,7 @@ from llmdiag.client.deadline import current, deadline_session
 from llmdiag.client.endpoint import Connection, redact_url
 from llmdiag.collect.exposition import Scrape, parse_exposition
 from llmdiag.collect.http import HttpMetricsSource, get_small
+from llmdiag.collect.tape import taped_json
 from llmdiag.errors import (
     ConnectError,
     HTTPStatusError,
@@ -131,6 +132,7 @@ class _Looker:
         self.headers: list[tuple[str, str, str]] = []  # (path, header name, value)
         self.timeout = min(connection.timeout_seconds, PROBE_TIMEOUT_SECONDS)
 
+    @taped_json  # recorded into a bundle, or replayed from one (llmdiag.collect.tape)
     def get_json(self, path: str) -> object | None:
         """The JSON answer of GET ``path``, or None (no answer, not 200, not JSON, too large, past the deadline)."""
         deadline = current()

@@ -324,7 +324,7 @@ def collect_evidence(
     if len(parts) > 1:
         _say_what_each_gave(combined, own)
     if not any(evidence.kinds[name].server for name in order):
-        _no_server(combined, [evidence.kinds[name].words for name in order])
+        no_server(combined, [evidence.kinds[name].words for name in order])
     return combined
 
 
@@ -346,7 +346,7 @@ def _say_what_each_gave(combined: SignalSet, parts: list[tuple[dict[str, Signal]
             source.note = f"{source.note}; {said}" if source.note else said
 
 
-def _no_server(combined: SignalSet, words: list[str]) -> None:
+def no_server(combined: SignalSet, words: list[str]) -> None:
     """Only GPU telemetry: the server's signals are unavailable, and say why (never zero, never idle)."""
     reason = f"no server page or log given (only {', '.join(words)})"
     for spec in load_probe(VOCABULARY_PROBE).signal:

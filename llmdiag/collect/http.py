@@ -12,6 +12,7 @@ import requests
 from llmdiag.client.deadline import Deadline, call_within, deadline_session, late_error, request_deadline
 from llmdiag.client.endpoint import Connection, format_bytes, redact_url
 from llmdiag.collect.exposition import Scrape, parse_exposition
+from llmdiag.collect.tape import taped_fetch
 from llmdiag.errors import (
     ConnectError,
     HTTPStatusError,
@@ -73,6 +74,7 @@ class HttpMetricsSource:
     def close(self) -> None:
         self._session.close()
 
+    @taped_fetch  # recorded into a bundle, or replayed from one (llmdiag.collect.tape)
     def fetch_text(self) -> tuple[str, float]:
         """The page body and the wall-clock time it was read. The whole request (name resolution, connecting, the
         head, the body) ends within ``timeout_seconds``, or by the run's deadline when that comes first."""

@@ -16,6 +16,8 @@ from llmdiag.collect.merge import merge_signal_sets
 from llmdiag.collect.servers.pages import build_server_signals, check_server, page_off_hint
 from llmdiag.collect.signals import build_signal_set
 from llmdiag.collect.source import Source, unavailable_source
+from llmdiag.collect.tape import window_clock
+from llmdiag.collect.taped import taped_canary, taped_source
 from llmdiag.collect.telemetry.dcgm import dcgm_source
 from llmdiag.errors import (
     EmptyWindowError,
@@ -86,11 +88,11 @@ def open_telemetry(connection: Connection, options: TelemetryOptions) -> tuple[l
     if options.nvml != "off":
         from llmdiag.collect.telemetry.nvml import open_nvml_source
 
-        add(open_nvml_source(options.nvml_library, remote_gpus=bool(options.dcgm_url)))
+        add(taped_source("nvml", lambda: open_nvml_source(options.nvml_library, remote_gpus=bool(options.dcgm_url))))
     if options.host:
         from llmdiag.collect.telemetry.host import open_host_source
 
-        add(open_host_source(connection.base_url, options.pids))
+        add(taped_source("host", lambda: open_host_source(connection.base_url, options.pids)))
     return sources, missing
 
 
@@ -152,6 +154,7 @@ def collect_live(
     left out with a line in the coverage; the rules that need it are then skipped, never fed zeros.
     """
     telemetry = telemetry or TelemetryOptions(nvml="off", host=False)
+    clock, sleep = window_clock(clock, sleep)  # recorded, or replayed from a bundle (llmdiag.collect.tape)
     scrape_plan(duration_seconds)  # a bad --duration is said before anything is fetched
     with within(scan_deadline(duration_seconds, connection.timeout_seconds)):
         return _collect(connection, duration_seconds, probe, on_progress, clock, sleep, telemetry, canary, settled)
@@ -292,7 +295,7 @@ class _LiveWindow:
 
     def _server_read(self, reads: int, end: float) -> None:
         if self.canary_connection is not None and self.canary is None:
-            self.canary = Canary(self.canary_connection, max(end - self.clock(), self.interval))
+            self.canary = taped_canary(self.canary_connection, max(end - self.clock(), self.interval))
             self.canary.start()
         if self.on_progress:
             self.on_progress(reads, self.count)

@@ -9,6 +9,7 @@ numbers. So every level gets both halves: what users got, and why.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import random
 import re
 import threading
@@ -164,10 +165,12 @@ class _Scraper(threading.Thread):
         self.connection, self.seconds, self.telemetry = connection, seconds, telemetry
         self.signals: SignalSet | None = None
         self.error: str | None = None
+        # the scan runs in its starter's context: a recording's tape (llmdiag.collect.tape) follows it here
+        self.context = contextvars.copy_context()
 
     def run(self) -> None:
         try:
-            self.signals = collect_live(self.connection, self.seconds, telemetry=self.telemetry)
+            self.signals = self.context.run(collect_live, self.connection, self.seconds, telemetry=self.telemetry)
         except LlmdiagError as exc:
             self.error = exc.message
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 
-from llmdiag.client.endpoint import Connection
+from llmdiag.client.endpoint import Connection, redact_url
+from llmdiag.collect.tape import taped_value
 from llmdiag.model import Signal, SignalSet
 
 PROPS_PATH = "/props"
@@ -81,11 +82,21 @@ def _itl(signal_set: SignalSet) -> Signal:
 def read_props(connection: Connection) -> list[Signal]:
     """The slot count and each slot's context from ``GET /props``; unavailable signals with the reason otherwise.
     One read, within its timeout and the scan's deadline."""
+    url = connection.base_url.rstrip("/") + PROPS_PATH
+    body, why = taped_value(  # recorded into a bundle, or replayed from one
+        f"value {redact_url(url)}",
+        lambda: _get_props(connection, url),
+        lambda answer: {"body": answer[0], "why": answer[1]},
+        lambda value: (value["body"], str(value["why"])),
+    )
+    return props_signals(body, why)
+
+
+def _get_props(connection: Connection, url: str) -> tuple[object, str]:
     from llmdiag.client.deadline import deadline_session
     from llmdiag.collect.http import get_small
     from llmdiag.errors import ProbeError
 
-    url = connection.base_url.rstrip("/") + PROPS_PATH
     session = deadline_session()
     session.headers.update({"User-Agent": "llmdiag", **connection.headers})
     if connection.api_key:
@@ -107,7 +118,7 @@ def read_props(connection: Connection) -> list[Signal]:
         why = f"GET {PROPS_PATH} did not answer JSON"
     finally:
         session.close()
-    return props_signals(body, why)
+    return body, why
 
 
 def props_signals(body: object, why: str = "") -> list[Signal]:

@@ -97,7 +97,10 @@ class ReplayNvml:
 
     @classmethod
     def from_file(cls, path: Path | str) -> ReplayNvml:
-        data = json.loads(Path(path).read_text())
+        return cls.from_recording(json.loads(Path(path).read_text()))
+
+    @classmethod
+    def from_recording(cls, data: Any) -> ReplayNvml:
         if not isinstance(data, dict) or not isinstance(data.get("devices"), list):
             raise ValueError("not an NVML recording (no 'devices' list)")
         return cls(data)
