@@ -137,8 +137,8 @@ class _ReplayedLoad:
         self.results = results
         self.client = SimpleNamespace(model=model)
 
-    def stop(self) -> None:
-        return None
+    def stop(self, timeout_seconds: float | None = None) -> None:
+        return None  # nothing was started: the live canary's stop takes how long to wait
 
 
 class ReplayCanary(Canary):
