@@ -11,11 +11,14 @@ and checks the diagnosed class and the JSON structure. Never absolute times.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -33,6 +36,8 @@ from .whatif_harness import remember_before
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCAN_DURATION = 15
 WARMUP_SECONDS = 8
+# sent with every scan (vLLM runs without --api-key and ignores it): the recorded bundle must not hold it
+RECORDED_API_KEY = "sk-real-vllm-0123456789"
 # The load must outlast warm-up + scan; the scan's own overhead is small.
 LOAD_SECONDS = WARMUP_SECONDS + SCAN_DURATION + 150
 
@@ -126,7 +131,9 @@ class Bracket:
 
 
 def run_scan(server: VllmServer, duration: int = SCAN_DURATION) -> Scan:
+    bundle = Path(tempfile.mkdtemp(prefix="llmdiag-state-")) / "scan.tar.gz"
     cmd = [sys.executable, "-m", "llmdiag", "scan", server.base_url, "--duration", str(duration), "--json"]
+    cmd += ["--api-key", RECORDED_API_KEY, "--record", str(bundle)]
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=duration + 180)
     wall = time.monotonic() - started
@@ -143,8 +150,23 @@ def run_scan(server: VllmServer, duration: int = SCAN_DURATION) -> Scan:
         pytest.fail(f"scan stdout is not JSON ({exc})\n{context}")
     scan = Scan(proc.returncode, data, proc.stdout, proc.stderr)
     check_structure(scan)
+    assert_replays_byte_for_byte(scan, bundle)
     VERDICTS.append((os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[-1].split(" ")[0], duration, wall, data))
     return scan
+
+
+def assert_replays_byte_for_byte(scan: Scan, bundle: Path) -> None:
+    """Every real-vLLM scan is recorded (README "Attach this file to your issue"): `llmdiag analyze BUNDLE` replays
+    it through the live collect path to the same verdict JSON, byte for byte, and the bundle holds no API key."""
+    replay = [sys.executable, "-m", "llmdiag", "analyze", str(bundle), "--json"]
+    replayed = subprocess.run(replay, cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
+    assert (replayed.returncode, replayed.stdout) == (scan.rc, scan.stdout), scan.describe(
+        f"the replay of {bundle} differs from the live scan: exit {replayed.returncode}\n{replayed.stderr[-2000:]}"
+    )
+    probes = [p["probe"] for p in scan.data["coverage"]["probes"]]
+    assert "host" in probes, scan.describe("the host probe was not recorded")
+    assert RECORDED_API_KEY.encode() not in gzip.decompress(bundle.read_bytes()), f"{bundle} holds the API key"
+    shutil.rmtree(bundle.parent, ignore_errors=True)
 
 
 def _is_number(x) -> bool:
