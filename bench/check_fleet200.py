@@ -36,7 +36,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a script: bench/ imports as a package
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench.fleet_servers import FleetServer, closed_port  # noqa: E402
+from bench.fleet_servers import FleetProcess, closed_port  # noqa: E402
 from llmdiag.api import run_check  # noqa: E402
 from llmdiag.config import CheckDefaults, Settings, Target  # noqa: E402
 from llmdiag.model.check import CheckReport, State, TargetResult  # noqa: E402
@@ -74,7 +74,7 @@ class Planned:
 
 
 def plan_fleet(
-    server: FleetServer, count: int, sim_urls: list[str], timeout_seconds: float, drip: bool = False
+    server: FleetProcess, count: int, sim_urls: list[str], timeout_seconds: float, drip: bool = False
 ) -> list[Planned]:
     """``count`` targets cycling through the kinds (the simulator kind left out without simulators)."""
     kinds = [k for k in KINDS if sim_urls or not k.startswith("sim:")] + (list(DRIP_KINDS) if drip else [])
@@ -168,7 +168,7 @@ def main() -> int:
     args = parser.parse_args()
     settings = check_settings(args.concurrency, args.deadline)
     deadline = getattr(settings.check, "deadline_seconds", None)
-    with simulators(args.sims, args.users) as sim_urls, FleetServer(hold_seconds=120) as server:
+    with simulators(args.sims, args.users) as sim_urls, FleetProcess(hold_seconds=120) as server:
         planned = plan_fleet(server, args.targets, sim_urls, args.timeout, drip=args.drip)
         started = time.monotonic()
         report = run_check([p.target for p in planned], settings, args.window)

@@ -15,14 +15,18 @@ What each target plays (its kind):
 - ``drip_headers`` / ``drip_body``: one byte every ``drip_seconds`` (below any read timeout, so that only a total
   deadline ends it), for at most ``hold_seconds`` so that a run without one still ends.
 
-A dead target is a closed port (``closed_port()``): nothing listens there.
+A dead target is a closed port (``closed_port()``): nothing listens there. ``FleetProcess`` runs the server in a
+child process (what the benches and tests use); ``FleetServer`` is the server itself.
 """
 
 from __future__ import annotations
 
+import json
 import select
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,9 +34,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from bench.page_server import recorded_page
-
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as the child of FleetProcess: bench/ imports as a package
+    sys.path.insert(0, str(REPO))
+
+from bench.page_server import recorded_page  # noqa: E402
+
 RECORDED = REPO / "tests" / "fixtures" / "vllm-0.32.0"
 RETRY_AFTER_SECONDS = 30
 
@@ -57,16 +64,24 @@ class _Counter:
     now: int = 0
     most: int = 0
     total: int = 0
+    # each open connection: the target and path of its last request ("" before its first)
+    asked: dict[int, str] = field(default_factory=dict)
 
-    def opened(self) -> None:
+    def opened(self, request: Any) -> None:
         with self.lock:
             self.now += 1
             self.total += 1
             self.most = max(self.most, self.now)
+            self.asked[id(request)] = ""
 
-    def closed(self) -> None:
+    def closed(self, request: Any) -> None:
         with self.lock:
             self.now -= 1
+            self.asked.pop(id(request), None)
+
+    def ask(self, request: Any, path: str) -> None:
+        with self.lock:
+            self.asked[id(request)] = path
 
 
 class _CountingServer(ThreadingHTTPServer):
@@ -74,14 +89,14 @@ class _CountingServer(ThreadingHTTPServer):
     counter: _Counter
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        self.counter.opened()  # at accept, in the serving thread, before the handler's thread starts
+        self.counter.opened(request)  # at accept, in the serving thread, before the handler's thread starts
         super().process_request(request, client_address)
 
     def shutdown_request(self, request: Any) -> None:
         try:
             super().shutdown_request(request)
         finally:
-            self.counter.closed()
+            self.counter.closed(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # clients hang up mid-answer on purpose here (timeouts, deadlines)
@@ -132,6 +147,12 @@ class FleetServer:
         with self.counter.lock:
             self.counter.most = self.counter.now
 
+    @property
+    def open_paths(self) -> list[str]:
+        """The last path asked on each connection still open (what holds it)."""
+        with self.counter.lock:
+            return sorted(self.counter.asked.values())
+
     def next_page(self, name: str) -> bytes:
         with self.lock:
             pages = self.pages[name]
@@ -146,6 +167,7 @@ class FleetServer:
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                fleet.counter.ask(self.connection, self.path)
                 name, _, rest = self.path.lstrip("/").partition("/")
                 kind = fleet.kinds.get(name, "status:404")
                 fleet.answer(self, name, kind, "/" + rest)
@@ -263,3 +285,95 @@ class FleetServer:
         self.httpd.server_close()
         if self.thread is not None:
             self.thread.join(10)
+
+
+class FleetProcess:
+    """A ``FleetServer`` in a child process, so that its answers do not wait on the measured process's threads
+    (one interpreter lock: a slow answer would be the bench's, not the server's) and its sockets and threads are
+    not counted as the measured process's. The same calls as ``FleetServer``; commands go over the child's stdin
+    as JSON lines, so the connections it counts are only the clients'."""
+
+    def __init__(self, drip_seconds: float = 0.5, hold_seconds: float = 60.0) -> None:
+        self.args = [f"{drip_seconds!r}", f"{hold_seconds!r}"]
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+
+    def _ask(self, command: dict[str, Any]) -> Any:
+        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the fleet server's process ended")
+        return json.loads(line)["answer"]
+
+    def add(self, name: str, kind: str) -> str:
+        return str(self._ask({"add": [name, kind]}))
+
+    def rewind(self, name: str) -> None:
+        self._ask({"rewind": name})
+
+    @property
+    def most_concurrent(self) -> int:
+        return int(self._ask({"most": None}))
+
+    @property
+    def open_now(self) -> int:
+        return int(self._ask({"now": None}))
+
+    def reset_most(self) -> None:
+        self._ask({"reset_most": None})
+
+    @property
+    def open_paths(self) -> list[str]:
+        return list(self._ask({"open_paths": None}))
+
+    def __enter__(self) -> FleetProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, *self.args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        self.port = int(self._ask({"port": None}))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is None:
+            return
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()  # the child stops at the end of its input
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def serve(drip_seconds: float, hold_seconds: float) -> None:
+    """The child's side of ``FleetProcess``: one JSON answer a command line, until stdin ends."""
+    with FleetServer(drip_seconds, hold_seconds) as server:
+        for line in sys.stdin:
+            command, value = next(iter(json.loads(line).items()))
+            if command == "add":
+                answer: Any = server.add(*value)
+            elif command == "rewind":
+                answer = server.rewind(value)
+            elif command == "reset_most":
+                answer = server.reset_most()
+            else:
+                answer = {
+                    "port": server.port,
+                    "most": server.most_concurrent,
+                    "now": server.open_now,
+                    "open_paths": server.open_paths,
+                }[command]
+            sys.stdout.write(json.dumps({"answer": answer}) + "\n")
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    serve(float(sys.argv[1]), float(sys.argv[2]))

@@ -7,7 +7,9 @@
    replay server (bench/fleet_servers.py: the recorded pages served in order, rewound before each scan), with what
    a CLI scan opens beside the page: server detection, the host probe (psutil), NVML when a GPU is visible, and the
    canary (which the replay server answers 404: its start and stop run every time);
-3. ``--checks`` (default 20) ``run_check`` calls over a small mixed fleet (replayed states, a dead port, one that
+3. ``--sim-scans`` (default 20) the same scans against the built-in simulator under load, where the canary's
+   requests succeed (its client, its streams and its event loop run to the end);
+4. ``--checks`` (default 20) ``run_check`` calls over a small mixed fleet (replayed states, a dead port, one that
    never answers, HTTP 500, a reset mid-body), each recorded in a SQLite history: the worker pool, the history's
    connections and the failing targets' error paths.
 
@@ -40,7 +42,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: bench/ imports as a packa
 
 import psutil  # noqa: E402
 
-from bench.fleet_servers import RECORDED, FleetServer, closed_port  # noqa: E402
+from bench.fleet_servers import RECORDED, FleetProcess, closed_port  # noqa: E402
 from llmdiag.api import diagnose, diagnose_files, run_check  # noqa: E402
 from llmdiag.client.endpoint import Connection  # noqa: E402
 from llmdiag.collect.live import TelemetryOptions  # noqa: E402
@@ -103,34 +105,63 @@ def analyses(calls: int, warmup: int) -> tuple[list[Snapshot], dict[str, int]]:
     return measured("analyze", calls, warmup, lambda i: diagnose_files(windows[i % len(windows)]).bottleneck.value)
 
 
+def scan_once(url: str, window_seconds: float) -> str:
+    """One live scan as the CLI's `llmdiag scan URL` runs it: detection, the host probe, NVML when a GPU is
+    visible, and the canary."""
+    verdict = diagnose(
+        Connection(base_url=url, timeout_seconds=2.0),
+        window_seconds,
+        telemetry=TelemetryOptions(nvml="auto", host=True),
+        canary=True,
+    )
+    return verdict.bottleneck.value
+
+
+LEFT_OPEN = "(scans that left a connection open)"
+STILL_OPEN = "(connections still open at the server)"
+
+
+def open_after(server: FleetProcess, seconds: float) -> int:
+    """The connections open at the server once the client's closes have had ``seconds`` to reach it."""
+    deadline = time.monotonic() + seconds
+    while server.open_now and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return server.open_now
+
+
 def scans(calls: int, warmup: int, window_seconds: float, state: str = "healthy") -> tuple[list[Snapshot], dict]:
-    with FleetServer() as server:
+    """The scans, and two counts from the server's side: the scans after which a connection stayed open (looked
+    at before any snapshot runs the garbage collector, which closes what was only unreachable), and the
+    connections still open at the end."""
+    left_open = 0
+    with FleetProcess() as server:
         url = server.add("replay", f"replay:{state}")
 
         def scan(_: int) -> str:
+            nonlocal left_open
             server.rewind("replay")
-            verdict = diagnose(
-                Connection(base_url=url, timeout_seconds=2.0),
-                window_seconds,
-                telemetry=TelemetryOptions(nvml="auto", host=True),
-                canary=True,
-            )
-            return verdict.bottleneck.value
+            bottleneck = scan_once(url, window_seconds)
+            left_open += open_after(server, 1.0) > 0
+            return bottleneck
 
         snaps, classes = measured("scan", calls, warmup, scan)
-        # the server's side: every connection the scans opened was closed again
-        deadline = time.monotonic() + 5
-        while server.open_now and time.monotonic() < deadline:
-            time.sleep(0.05)
-        classes["(connections still open at the server)"] = server.open_now
+        classes[LEFT_OPEN] = left_open
+        classes[STILL_OPEN] = open_after(server, 5.0)
     return snaps, classes
+
+
+def sim_scans(calls: int, warmup: int, window_seconds: float) -> tuple[list[Snapshot], dict]:
+    from bench.check_fleet200 import simulators
+
+    with simulators(1, users=4) as urls:
+        return measured("sim scan", calls, warmup, lambda _: scan_once(urls[0], window_seconds))
 
 
 CHECK_KINDS = ("replay:healthy", "replay:memory", "replay:idle", "blackhole", "status:500", "reset")
 
 
 def checks(calls: int, warmup: int, window_seconds: float, history_path: Path) -> tuple[list[Snapshot], dict]:
-    with FleetServer(hold_seconds=10) as server:
+    with FleetProcess(hold_seconds=10) as server:
         targets = [
             Target(name=f"{kind.replace(':', '-')}", url=server.add(f"t{i}", kind), timeout_seconds=1.0, nvml=False)
             for i, kind in enumerate(CHECK_KINDS)
@@ -177,6 +208,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--analyses", type=int, default=1000)
     parser.add_argument("--scans", type=int, default=100)
+    parser.add_argument("--sim-scans", type=int, default=20)
     parser.add_argument("--checks", type=int, default=20)
     parser.add_argument("--window", type=float, default=1.0, help="each scan's window, seconds")
     parser.add_argument("--warmup", type=int, default=5, help="calls before the first snapshot")
@@ -193,6 +225,11 @@ def main() -> int:
     print(f"{args.scans} live scans ({args.window:g} s window, detection, host probe, NVML auto, canary):")
     show(snaps, classes, time.monotonic() - started)
     rows["scans"] = {"snapshots": [asdict(s) for s in snaps], "growth": growth(snaps), "classes": classes}
+    started = time.monotonic()
+    snaps, classes = sim_scans(args.sim_scans, min(args.warmup, args.sim_scans), args.window)
+    print(f"{args.sim_scans} live scans of the simulator under load (the canary's requests succeed):")
+    show(snaps, classes, time.monotonic() - started)
+    rows["sim_scans"] = {"snapshots": [asdict(s) for s in snaps], "growth": growth(snaps), "classes": classes}
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as folder:
         snaps, states = checks(args.checks, min(args.warmup, args.checks), args.window, Path(folder) / "history.sqlite")

@@ -30,7 +30,7 @@ from bench.check_fleet200 import (
     states_by_kind,
     wrong_state,
 )
-from bench.fleet_servers import FleetServer
+from bench.fleet_servers import FleetProcess
 from llmdiag.api.check import run_check
 from llmdiag.config import CheckDefaults, Target
 from llmdiag.model.check import CheckReport, State
@@ -47,17 +47,18 @@ has_deadline = pytest.mark.skipif(
 )
 
 
-def settled_open(server: FleetServer, seconds: float = 5.0) -> int:
-    """The connections still open at the server once the client's closes have reached it."""
+def settled_open(server: FleetProcess, seconds: float = 5.0) -> list[str]:
+    """The connections still open at the server once the client's closes have reached it: the last path each
+    was asked."""
     end = time.monotonic() + seconds
     while server.open_now and time.monotonic() < end:
         time.sleep(0.05)
-    return server.open_now
+    return server.open_paths
 
 
 @pytest.fixture(scope="module")
-def fleet() -> Iterator[tuple[list[Planned], CheckReport, FleetServer]]:
-    with simulators(1, users=8) as sim_urls, FleetServer(hold_seconds=60) as server:
+def fleet() -> Iterator[tuple[list[Planned], CheckReport, FleetProcess]]:
+    with simulators(1, users=8) as sim_urls, FleetProcess(hold_seconds=60) as server:
         planned = plan_fleet(server, TARGETS, sim_urls, TIMEOUT_SECONDS)
         report = run_check([p.target for p in planned], check_settings(CONCURRENCY, None), WINDOW_SECONDS)
         yield planned, report, server
@@ -88,10 +89,10 @@ def test_unreachable_and_hostile_targets_say_why(fleet):
 def test_connections_stay_within_the_concurrency_and_all_close(fleet):
     _, _, server = fleet
     assert 0 < server.most_concurrent <= CONCURRENCY * CONNECTIONS_PER_TARGET
-    assert settled_open(server) == 0
+    assert settled_open(server) == []
 
 
-def drip_fleet(server: FleetServer) -> list[Planned]:
+def drip_fleet(server: FleetProcess) -> list[Planned]:
     """Four dripping servers after eight others (recorded states, a closed port, a silent server)."""
     planned = plan_fleet(server, 8, [], TIMEOUT_SECONDS)
     for i, kind in enumerate(DRIP_KINDS * 2):
@@ -104,7 +105,7 @@ def drip_fleet(server: FleetServer) -> list[Planned]:
 @has_deadline
 def test_dripping_servers_end_within_the_runs_deadline():
     deadline_seconds = 20.0
-    with FleetServer(hold_seconds=120) as server:
+    with FleetProcess(hold_seconds=120) as server:
         planned = drip_fleet(server)
         started = time.monotonic()
         report = run_check([p.target for p in planned], check_settings(4, deadline_seconds), WINDOW_SECONDS)
@@ -115,14 +116,14 @@ def test_dripping_servers_end_within_the_runs_deadline():
                 assert result.state is State.UNKNOWN and result.verdict is None and result.error, result
             else:
                 assert wrong_state(plan.kind, result) is None, (plan.target.name, wrong_state(plan.kind, result))
-        assert settled_open(server, 15) == 0
+        assert settled_open(server, 15) == []
 
 
 @has_deadline
 def test_each_target_has_its_own_deadline_inside_a_long_run_deadline():
     # four drips at once, with a run deadline far beyond each target's own (window + timeout + a small margin):
     # they end at their own deadlines, well before the run's
-    with FleetServer(hold_seconds=300) as server:
+    with FleetProcess(hold_seconds=300) as server:
         planned = drip_fleet(server)[-4:]
         started = time.monotonic()
         report = run_check([p.target for p in planned], check_settings(4, 200.0), WINDOW_SECONDS)
@@ -133,7 +134,7 @@ def test_each_target_has_its_own_deadline_inside_a_long_run_deadline():
 
 @has_deadline
 def test_check_deadline_option_makes_a_dripping_server_unknown():
-    with FleetServer(hold_seconds=120) as server:
+    with FleetProcess(hold_seconds=120) as server:
         url = server.add("drip", "drip_body")
         started = time.monotonic()
         result = run_cli(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.leaks import Snapshot, analyses, checks, growth, scans, snapshot
+from bench.leaks import LEFT_OPEN, STILL_OPEN, Snapshot, analyses, checks, growth, scans, snapshot
 
 # loose: the long runs grow by a few per cent (bench/leaks.py); a leak per call grows without bound
 RSS_GROWTH_RATIO = 0.25
@@ -39,7 +39,7 @@ def test_analyze_path_diagnoses_do_not_leak():
 
 def test_live_scans_do_not_leak_and_close_their_connections():
     snaps, classes = scans(10, warmup=3, window_seconds=1.0)
-    assert classes.pop("(connections still open at the server)") == 0
+    assert classes.pop(STILL_OPEN) == 0 and classes.pop(LEFT_OPEN) == 0
     assert classes == {"healthy": 10}
     flat(snaps)
 
