@@ -1,11 +1,12 @@
 """`llmdiag check` across a large fleet (default 200 targets), some of them dead, slow or hostile.
 
 The targets cycle through ``KINDS``: real vLLM 0.32.0 recordings replayed (healthy, idle, memory, compute,
-scheduling), the built-in simulator (``--sims`` instances of the healthy preset under their closed-loop load; the same
+scheduling), the built-in simulator (``--sims`` child processes of the healthy preset under its own load; the same
 URL repeated is a separate target with its own window, scrapes and canary, as in bench/bench_fleet.py), a closed
 port, a server that never answers, HTTP 500/503/429/401, a login page, text that is not an exposition, a reset
 mid-body, and (``--drip``) servers dripping their headers or their body one byte every 0.5 s. All but the
-simulators are played by one scripted server (bench/fleet_servers.py), which counts the connections open at once.
+simulators are played by one scripted server in a child process (bench/fleet_servers.py), which counts the
+connections open at once; no server shares the checker's process (its interpreter lock would slow the answers).
 
 The state each kind must get, known without llmdiag's rules: a recorded or simulated healthy or idle server is OK
 with that class (a Nagios OK is "healthy or idle, no finding"); a recorded capacity state is WARNING or CRITICAL
@@ -17,7 +18,7 @@ the most connections open at once at the scripted server against concurrency × 
 states per kind, and every target whose state is not its kind's. Prints, asserts nothing, exits 0, like the other
 benches (tests/e2e/test_check_scale.py runs a 40-target version and asserts).
 
-    .venv/bin/python bench/check_fleet200.py                             # 200 targets, concurrency 16, window 2 s
+    .venv/bin/python bench/check_fleet200.py          # 200 targets, concurrency 16, window 2 s, timeout 3 s
     .venv/bin/python bench/check_fleet200.py --targets 60 --concurrency 8 --drip --deadline 120
 """
 
@@ -28,8 +29,8 @@ import json
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +38,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: bench/ imports as a packa
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench.fleet_servers import FleetProcess, closed_port  # noqa: E402
+from bench.sim_process import SimProcess  # noqa: E402
 from llmdiag.api import run_check  # noqa: E402
 from llmdiag.config import CheckDefaults, Settings, Target  # noqa: E402
 from llmdiag.model.check import CheckReport, State, TargetResult  # noqa: E402
@@ -129,29 +131,14 @@ def check_settings(concurrency: int, deadline_seconds: float | None) -> Settings
 
 
 @contextmanager
-def simulators(count: int, users: int) -> Iterator[list[str]]:
-    """``count`` healthy simulators under their closed-loop load; their base URLs."""
-    from llmdiag.sim.load import ClosedLoopLoad
-    from llmdiag.sim.presets import get_preset
-    from llmdiag.sim.server import SimServer
-
-    preset = get_preset("healthy")
-    load = replace(preset.load, users=users)
-    servers: list[SimServer] = []
-    drivers: list[ClosedLoopLoad] = []
-    try:
-        for _ in range(count):
-            servers.append(SimServer(preset).start())
-            drivers.append(ClosedLoopLoad(servers[-1].url, servers[-1].model, load, max_seconds=3600))
-            drivers[-1].start()
-        if servers:
+def simulators(count: int) -> Iterator[list[str]]:
+    """``count`` healthy simulators under the preset's own load, each in a child process (``llmdiag sim serve
+    --load``: its answers do not wait on the checker's threads); their base URLs."""
+    with ExitStack() as stack:
+        sims = [stack.enter_context(SimProcess("healthy", load=True)) for _ in range(count)]
+        if sims:
             time.sleep(3.0)  # as the demo does: the batch fills before the first window
-        yield [s.url for s in servers]
-    finally:
-        for driver in drivers:
-            driver.stop()
-        for server in servers:
-            server.stop()
+        yield [s.url for s in sims]
 
 
 def main() -> int:
@@ -159,16 +146,15 @@ def main() -> int:
     parser.add_argument("--targets", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--window", type=float, default=2.0, help="each target's window, seconds")
-    parser.add_argument("--timeout", type=float, default=1.0, help="each target's read timeout, seconds")
+    parser.add_argument("--timeout", type=float, default=3.0, help="each target's read timeout, seconds")
     parser.add_argument("--sims", type=int, default=2, help="simulator instances (0: none)")
-    parser.add_argument("--users", type=int, default=8, help="closed-loop users per simulator")
     parser.add_argument("--drip", action="store_true", help="add the dripping servers (need the check deadline)")
     parser.add_argument("--deadline", type=float, help="the run's deadline, seconds ([check] deadline_seconds)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     settings = check_settings(args.concurrency, args.deadline)
     deadline = getattr(settings.check, "deadline_seconds", None)
-    with simulators(args.sims, args.users) as sim_urls, FleetProcess(hold_seconds=120) as server:
+    with simulators(args.sims) as sim_urls, FleetProcess(hold_seconds=120) as server:
         planned = plan_fleet(server, args.targets, sim_urls, args.timeout, drip=args.drip)
         started = time.monotonic()
         report = run_check([p.target for p in planned], settings, args.window)

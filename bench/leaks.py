@@ -153,7 +153,7 @@ def scans(calls: int, warmup: int, window_seconds: float, state: str = "healthy"
 def sim_scans(calls: int, warmup: int, window_seconds: float) -> tuple[list[Snapshot], dict]:
     from bench.check_fleet200 import simulators
 
-    with simulators(1, users=4) as urls:
+    with simulators(1) as urls:
         return measured("sim scan", calls, warmup, lambda _: scan_once(urls[0], window_seconds))
 
 

@@ -39,7 +39,7 @@ from tests.conftest import run_cli
 TARGETS = 40
 CONCURRENCY = 8
 WINDOW_SECONDS = 2.0
-TIMEOUT_SECONDS = 1.0
+TIMEOUT_SECONDS = 3.0  # generous: a loaded 2-core machine can hold a local answer past 1 s
 
 has_deadline = pytest.mark.skipif(
     "deadline_seconds" not in CheckDefaults.model_fields,
@@ -58,7 +58,7 @@ def settled_open(server: FleetProcess, seconds: float = 5.0) -> list[str]:
 
 @pytest.fixture(scope="module")
 def fleet() -> Iterator[tuple[list[Planned], CheckReport, FleetProcess]]:
-    with simulators(1, users=8) as sim_urls, FleetProcess(hold_seconds=60) as server:
+    with simulators(1) as sim_urls, FleetProcess(hold_seconds=60) as server:
         planned = plan_fleet(server, TARGETS, sim_urls, TIMEOUT_SECONDS)
         report = run_check([p.target for p in planned], check_settings(CONCURRENCY, None), WINDOW_SECONDS)
         yield planned, report, server
@@ -80,7 +80,7 @@ def test_unreachable_and_hostile_targets_say_why(fleet):
     planned, report, _ = fleet
     errors = {p.kind: r.error or "" for p, r in zip(planned, report.targets, strict=True)}
     assert "connection refused" in errors["dead"]
-    assert "did not answer within 1 s" in errors["blackhole"]
+    assert "did not answer within 3 s" in errors["blackhole"]
     for code in (500, 503, 429, 401):
         assert f"HTTP {code}" in errors[f"status:{code}"]
     assert "closed the connection mid-page" in errors["reset"]
