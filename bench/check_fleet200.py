@@ -14,9 +14,11 @@ with its own class (it was recorded in that state: tests/fixtures/vllm-0.32.0/RE
 diagnosed is UNKNOWN with its error.
 
 Printed: wall seconds against the run's deadline (``[check] deadline_seconds`` when this llmdiag has it; issue 19),
-the most connections open at once at the scripted server against concurrency × ``CONNECTIONS_PER_TARGET``, the
-states per kind, and every target whose state is not its kind's. Prints, asserts nothing, exits 0, like the other
-benches (tests/e2e/test_check_scale.py runs a 40-target version and asserts).
+the most connections open at once at the scripted server against concurrency × ``CONNECTIONS_PER_TARGET`` (and
+the most requests in flight), the
+states per kind with the requests each target of the kind was sent, and every target whose state is not its
+kind's. Prints, asserts nothing, exits 0, like the other benches (tests/e2e/test_check_scale.py runs a 40-target
+version and asserts).
 
     .venv/bin/python bench/check_fleet200.py          # 200 targets, concurrency 16, window 2 s, timeout 3 s
     .venv/bin/python bench/check_fleet200.py --targets 60 --concurrency 8 --drip --deadline 120
@@ -64,8 +66,9 @@ KINDS = (
 )
 DRIP_KINDS = ("drip_headers", "drip_body")
 CAPACITY_STATES = ("memory", "compute", "scheduling")
-# a target holds at most its metrics page's connection (detection's is closed before the window's opens) and the
-# canary's: what bounds the connections open at once to concurrency × this
+# a target holds at most two connections: its metrics page's (detection's is closed before the window's opens; that
+# one is kept alive through the window) and the canary's: what bounds the connections open at once to
+# concurrency × this (a closed one counts until the server's side sees it close)
 CONNECTIONS_PER_TARGET = 2
 
 
@@ -76,15 +79,16 @@ class Planned:
 
 
 def plan_fleet(
-    server: FleetProcess, count: int, sim_urls: list[str], timeout_seconds: float, drip: bool = False
+    server: FleetProcess, count: int, sim_urls: list[str], timeout_seconds: float, drip: bool = False, prefix: str = "t"
 ) -> list[Planned]:
-    """``count`` targets cycling through the kinds (the simulator kind left out without simulators)."""
+    """``count`` targets cycling through the kinds (the simulator kind left out without simulators), named
+    ``<prefix><number>-<kind>``."""
     kinds = [k for k in KINDS if sim_urls or not k.startswith("sim:")] + (list(DRIP_KINDS) if drip else [])
     dead_url = f"http://127.0.0.1:{closed_port()}"
     planned = []
     for i in range(count):
         kind = kinds[i % len(kinds)]
-        name = f"t{i:03d}-{kind.replace(':', '-').replace('_', '-')}"
+        name = f"{prefix}{i:03d}-{kind.replace(':', '-').replace('_', '-')}"
         if kind.startswith("sim:"):
             url = sim_urls[i % len(sim_urls)]
         elif kind == "dead":
@@ -149,17 +153,20 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=3.0, help="each target's read timeout, seconds")
     parser.add_argument("--sims", type=int, default=2, help="simulator instances (0: none)")
     parser.add_argument("--drip", action="store_true", help="add the dripping servers (need the check deadline)")
+    parser.add_argument("--hold", type=float, default=120.0, help="how long a silent or dripping server holds on")
     parser.add_argument("--deadline", type=float, help="the run's deadline, seconds ([check] deadline_seconds)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     settings = check_settings(args.concurrency, args.deadline)
     deadline = getattr(settings.check, "deadline_seconds", None)
-    with simulators(args.sims) as sim_urls, FleetProcess(hold_seconds=120) as server:
+    with simulators(args.sims) as sim_urls, FleetProcess(hold_seconds=args.hold) as server:
         planned = plan_fleet(server, args.targets, sim_urls, args.timeout, drip=args.drip)
         started = time.monotonic()
         report = run_check([p.target for p in planned], settings, args.window)
         wall = time.monotonic() - started
         most = server.most_concurrent
+        most_in_flight = server.most_in_flight
+        asked = server.requests
     table = states_by_kind(planned, report)
     wrong = {
         p.target.name: why for p, r in zip(planned, report.targets, strict=True) if (why := wrong_state(p.kind, r))
@@ -170,12 +177,14 @@ def main() -> int:
         + (f" (deadline {deadline:g} s)" if deadline is not None else " (this llmdiag has no run deadline)")
     )
     print(
-        f"  most connections open at once at the scripted server: {most} "
-        f"(bound: concurrency × {CONNECTIONS_PER_TARGET} = {args.concurrency * CONNECTIONS_PER_TARGET})"
+        f"  at the scripted server, at once: at most {most} connections open (bound: concurrency × "
+        f"{CONNECTIONS_PER_TARGET} = {args.concurrency * CONNECTIONS_PER_TARGET}), {most_in_flight} requests in flight"
     )
     print(f"  overall state: {report.state.name}")
     for kind, states in table.items():
-        print(f"  {kind:<18} {states}")
+        counts = [asked.get(p.target.name, 0) for p in planned if p.kind == kind]
+        played = kind != "dead" and not kind.startswith("sim:")  # the others are not the scripted server's
+        print(f"  {kind:<18} {states}" + (f"; requests per target {min(counts)}-{max(counts)}" if played else ""))
     print(f"  targets whose state is not their kind's: {len(wrong)}")
     for name, why in sorted(wrong.items()):
         print(f"    {name}: {why}")
@@ -187,7 +196,9 @@ def main() -> int:
             "wall_seconds": round(wall, 2),
             "deadline_seconds": deadline,
             "most_concurrent_connections": most,
+            "most_requests_in_flight": most_in_flight,
             "states_by_kind": table,
+            "requests_by_target": asked,
             "wrong": wrong,
         }
         args.json.write_text(json.dumps(figures, indent=2) + "\n")

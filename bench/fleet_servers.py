@@ -67,14 +67,15 @@ class _Counter:
     # each open connection: the target and path of its last request ("" before its first)
     asked: dict[int, str] = field(default_factory=dict)
 
-    def opened(self, request: Any) -> None:
+    def opened(self, request: Any = None) -> None:
         with self.lock:
             self.now += 1
             self.total += 1
             self.most = max(self.most, self.now)
-            self.asked[id(request)] = ""
+            if request is not None:
+                self.asked[id(request)] = ""
 
-    def closed(self, request: Any) -> None:
+    def closed(self, request: Any = None) -> None:
         with self.lock:
             self.now -= 1
             self.asked.pop(id(request), None)
@@ -104,7 +105,9 @@ class _CountingServer(ThreadingHTTPServer):
 
 class FleetServer:
     """Many scripted targets behind one listening socket. ``add(name, kind)`` returns the target's base URL;
-    ``most_concurrent`` is the most connections open at once so far. A context manager."""
+    ``most_concurrent`` is the most connections open at once so far, ``most_in_flight`` the most requests being
+    answered at once (a connection is counted until the server's side sees it close, a little after the client has
+    moved on; a request only until its answer is written). A context manager."""
 
     def __init__(self, drip_seconds: float = 0.5, hold_seconds: float = 60.0) -> None:
         self.drip_seconds = drip_seconds
@@ -112,9 +115,11 @@ class FleetServer:
         self.kinds: dict[str, str] = {}
         self.pages: dict[str, list[bytes]] = {}
         self.served: dict[str, int] = {}
+        self.requests: dict[str, int] = {}  # requests per target, every path
         self.lock = threading.Lock()
         self.stopping = threading.Event()
-        self.counter = _Counter()
+        self.counter = _Counter()  # connections open
+        self.in_flight = _Counter()  # requests read and not yet answered (or, silent, not yet hung up on)
         self.httpd = _CountingServer(("127.0.0.1", 0), self._handler())
         self.httpd.counter = self.counter
         self.thread: threading.Thread | None = None
@@ -143,9 +148,14 @@ class FleetServer:
     def open_now(self) -> int:
         return self.counter.now
 
+    @property
+    def most_in_flight(self) -> int:
+        return self.in_flight.most
+
     def reset_most(self) -> None:
-        with self.counter.lock:
-            self.counter.most = self.counter.now
+        for counter in (self.counter, self.in_flight):
+            with counter.lock:
+                counter.most = counter.now
 
     @property
     def open_paths(self) -> list[str]:
@@ -169,8 +179,14 @@ class FleetServer:
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 fleet.counter.ask(self.connection, self.path)
                 name, _, rest = self.path.lstrip("/").partition("/")
+                with fleet.lock:
+                    fleet.requests[name] = fleet.requests.get(name, 0) + 1
                 kind = fleet.kinds.get(name, "status:404")
-                fleet.answer(self, name, kind, "/" + rest)
+                fleet.in_flight.opened()
+                try:
+                    fleet.answer(self, name, kind, "/" + rest)
+                finally:
+                    fleet.in_flight.closed()
 
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -321,12 +337,20 @@ class FleetProcess:
     def open_now(self) -> int:
         return int(self._ask({"now": None}))
 
+    @property
+    def most_in_flight(self) -> int:
+        return int(self._ask({"most_in_flight": None}))
+
     def reset_most(self) -> None:
         self._ask({"reset_most": None})
 
     @property
     def open_paths(self) -> list[str]:
         return list(self._ask({"open_paths": None}))
+
+    @property
+    def requests(self) -> dict[str, int]:
+        return dict(self._ask({"requests": None}))
 
     def __enter__(self) -> FleetProcess:
         self.proc = subprocess.Popen(
@@ -368,8 +392,10 @@ def serve(drip_seconds: float, hold_seconds: float) -> None:
                 answer = {
                     "port": server.port,
                     "most": server.most_concurrent,
+                    "most_in_flight": server.most_in_flight,
                     "now": server.open_now,
                     "open_paths": server.open_paths,
+                    "requests": server.requests,
                 }[command]
             sys.stdout.write(json.dumps({"answer": answer}) + "\n")
             sys.stdout.flush()
