@@ -137,7 +137,7 @@ def test_each_target_has_its_own_deadline_inside_a_long_run_deadline():
     # four drips at once, with a run deadline far beyond each target's own (window + timeout + a small margin):
     # they end at their own deadlines, well before the run's, and the rest are judged as usual
     with FleetProcess(hold_seconds=300) as server:
-        planned = drip_fleet(server)
+        planned = drip_fleet(server, drips=4, others=4)
         started = time.monotonic()
         report = run_check([p.target for p in planned], check_settings(4, 200.0), WINDOW_SECONDS)
         wall = time.monotonic() - started
