@@ -109,7 +109,7 @@ def scan_once(url: str, window_seconds: float) -> str:
     """One live scan as the CLI's `llmdiag scan URL` runs it: detection, the host probe, NVML when a GPU is
     visible, and the canary."""
     verdict = diagnose(
-        Connection(base_url=url, timeout_seconds=2.0),
+        Connection(base_url=url, timeout_seconds=5.0),
         window_seconds,
         telemetry=TelemetryOptions(nvml="auto", host=True),
         canary=True,
@@ -163,10 +163,10 @@ CHECK_KINDS = ("replay:healthy", "replay:memory", "replay:idle", "blackhole", "s
 def checks(calls: int, warmup: int, window_seconds: float, history_path: Path) -> tuple[list[Snapshot], dict]:
     with FleetProcess(hold_seconds=10) as server:
         targets = [
-            Target(name=f"{kind.replace(':', '-')}", url=server.add(f"t{i}", kind), timeout_seconds=1.0, nvml=False)
+            Target(name=f"{kind.replace(':', '-')}", url=server.add(f"t{i}", kind), timeout_seconds=2.0, nvml=False)
             for i, kind in enumerate(CHECK_KINDS)
         ]
-        targets.append(Target(name="dead", url=f"http://127.0.0.1:{closed_port()}", timeout_seconds=1.0, nvml=False))
+        targets.append(Target(name="dead", url=f"http://127.0.0.1:{closed_port()}", timeout_seconds=2.0, nvml=False))
         settings = Settings(check=CheckDefaults(concurrency=4))
         history = History.open(history_path)
 
