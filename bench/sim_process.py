@@ -41,11 +41,18 @@ class SimProcess:
     """The simulator as a child process: ``python -m llmdiag sim serve --preset P --port 0 --time-scale T``, or,
     with ``record_timings`` (which ``sim serve`` has no flag for), ``SimServer(..., record_timings=True)`` in a
     ``python -c`` child, or with ``firehose_tick`` the firehose server. SIGINT stops each. Within the block: ``url``,
-    ``model``, ``stats()`` (its /sim/stats) and ``cpu()`` (its user+sys seconds so far)."""
+    ``model``, ``stats()`` (its /sim/stats) and ``cpu()`` (its user+sys seconds so far). With ``load``, ``sim serve
+    --load`` also drives the preset's own load."""
 
     def __init__(
-        self, preset: str = PRESET, time_scale: float = 1.0, record_timings: int = 0, firehose_tick: float | None = None
+        self,
+        preset: str = PRESET,
+        time_scale: float = 1.0,
+        record_timings: int = 0,
+        firehose_tick: float | None = None,
+        load: bool = False,
     ) -> None:
+        self.load = load  # ``sim serve --load``: the preset's own closed-loop load, driven in the child
         self.firehose_tick = firehose_tick  # not None: the bench's firehose server instead of the simulator
         self.preset = preset
         self.time_scale = time_scale
@@ -80,6 +87,7 @@ class SimProcess:
                 "0",
                 "--time-scale",
                 f"{self.time_scale!r}",
+                *(["--load"] if self.load else []),
             ]
         self.proc = subprocess.Popen(
             cmd,

@@ -214,6 +214,8 @@ class OpenAIClient:
         except asyncio.CancelledError:
             if connection is not None:
                 connection.abandon("cancelled", "cancelled before the answer ended")
+                # an answer that had ended as the cancel came: its connection is idle but in no pool that closes it
+                connection.abort()
             if result.ended_at == 0.0:  # not finished: connecting, or waiting for a slot
                 result.ended_at = _monotonic()
                 result.error_kind, result.error = "cancelled", "cancelled before the answer ended"
