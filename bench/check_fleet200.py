@@ -13,7 +13,7 @@ with that class (a Nagios OK is "healthy or idle, no finding"); a recorded capac
 with its own class (it was recorded in that state: tests/fixtures/vllm-0.32.0/README.md); anything that cannot be
 diagnosed is UNKNOWN with its error.
 
-Printed: wall seconds against the run's deadline (``[check] deadline_seconds`` when this llmdiag has it; issue 19),
+Printed: wall seconds against the run's deadline (``[check] deadline_seconds``, or its default),
 the most connections open at once at the scripted server against concurrency × ``CONNECTIONS_PER_TARGET`` (and
 the most requests in flight), the
 states per kind with the requests each target of the kind was sent, and every target whose state is not its
@@ -42,6 +42,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: bench/ imports as a packa
 from bench.fleet_servers import FleetProcess, closed_port  # noqa: E402
 from bench.sim_process import SimProcess  # noqa: E402
 from llmdiag.api import run_check  # noqa: E402
+from llmdiag.api.check import default_deadline_seconds  # noqa: E402
 from llmdiag.config import CheckDefaults, Settings, Target  # noqa: E402
 from llmdiag.model.check import CheckReport, State, TargetResult  # noqa: E402
 
@@ -124,14 +125,8 @@ def states_by_kind(planned: list[Planned], report: CheckReport) -> dict[str, dic
 
 
 def check_settings(concurrency: int, deadline_seconds: float | None) -> Settings:
-    """Settings with the concurrency, and the run's deadline where this llmdiag has one (issue 19's contract:
-    ``[check] deadline_seconds``)."""
-    check = CheckDefaults(concurrency=concurrency)
-    if deadline_seconds is not None:
-        if "deadline_seconds" not in CheckDefaults.model_fields:
-            raise SystemExit("this llmdiag has no [check] deadline_seconds (issue 19's check deadline)")
-        check = CheckDefaults(concurrency=concurrency, deadline_seconds=deadline_seconds)
-    return Settings(check=check)
+    """Settings with the concurrency and the run's deadline (``[check] deadline_seconds``; None: the default)."""
+    return Settings(check=CheckDefaults(concurrency=concurrency, deadline_seconds=deadline_seconds))
 
 
 @contextmanager
@@ -152,15 +147,17 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=2.0, help="each target's window, seconds")
     parser.add_argument("--timeout", type=float, default=3.0, help="each target's read timeout, seconds")
     parser.add_argument("--sims", type=int, default=2, help="simulator instances (0: none)")
-    parser.add_argument("--drip", action="store_true", help="add the dripping servers (need the check deadline)")
+    parser.add_argument("--drip", action="store_true", help="add the dripping servers")
     parser.add_argument("--hold", type=float, default=120.0, help="how long a silent or dripping server holds on")
     parser.add_argument("--deadline", type=float, help="the run's deadline, seconds ([check] deadline_seconds)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     settings = check_settings(args.concurrency, args.deadline)
-    deadline = getattr(settings.check, "deadline_seconds", None)
     with simulators(args.sims) as sim_urls, FleetProcess(hold_seconds=args.hold) as server:
         planned = plan_fleet(server, args.targets, sim_urls, args.timeout, drip=args.drip)
+        deadline = settings.check.deadline_seconds or default_deadline_seconds(
+            [p.target for p in planned], settings, args.window
+        )
         started = time.monotonic()
         report = run_check([p.target for p in planned], settings, args.window)
         wall = time.monotonic() - started
@@ -173,8 +170,7 @@ def main() -> int:
     }
     print(
         f"check: {args.targets} targets ({args.sims} simulator instances), concurrency {args.concurrency}, window "
-        f"{args.window:g} s, timeout {args.timeout:g} s: {wall:.1f} s wall"
-        + (f" (deadline {deadline:g} s)" if deadline is not None else " (this llmdiag has no run deadline)")
+        f"{args.window:g} s, timeout {args.timeout:g} s: {wall:.1f} s wall" + f" (the run's deadline {deadline:g} s)"
     )
     print(
         f"  at the scripted server, at once: at most {most} connections open (bound: concurrency × "

@@ -7,9 +7,8 @@ WARNING/CRITICAL with the recorded class for a recorded capacity state, UNKNOWN 
 results come back in the targets' order, the connections open at once at the scripted server stay within
 concurrency × the connections one target holds, and none is left open after the run. No absolute times.
 
-The run-deadline tests (issue 19's check deadline: ``[check] deadline_seconds`` and ``check --deadline``) add
-servers that drip one byte every 0.5 s, which no read timeout ends; they are skipped where ``CheckDefaults`` has
-no ``deadline_seconds`` yet.
+The run-deadline tests (``[check] deadline_seconds`` and ``check --deadline``) add servers that drip one byte
+every 0.5 s, which no read timeout ends.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from bench.check_fleet200 import (
 )
 from bench.fleet_servers import FleetProcess
 from llmdiag.api.check import run_check
-from llmdiag.config import CheckDefaults, Target
+from llmdiag.config import Target
 from llmdiag.model.check import CheckReport, State
 from tests.conftest import run_cli
 
@@ -40,11 +39,6 @@ TARGETS = 40
 CONCURRENCY = 8
 WINDOW_SECONDS = 2.0
 TIMEOUT_SECONDS = 3.0  # generous: a loaded 2-core machine can hold a local answer past 1 s
-
-has_deadline = pytest.mark.skipif(
-    "deadline_seconds" not in CheckDefaults.model_fields,
-    reason="waits for issue 19's check deadline ([check] deadline_seconds, check --deadline)",
-)
 
 
 def settled_open(server: FleetProcess, seconds: float = 5.0) -> list[str]:
@@ -109,7 +103,6 @@ def out_of_time(error: str | None) -> bool:
     return bool(error and re.search(r"in time|deadline", error))
 
 
-@has_deadline
 def test_the_runs_deadline_ends_a_fleet_that_drips():
     # sixteen targets two at a time need eight windows of 2 s at the least: more than a 8 s run, so the run ends at
     # its deadline, and whatever it cut is UNKNOWN saying so
@@ -132,7 +125,6 @@ def test_the_runs_deadline_ends_a_fleet_that_drips():
         assert settled_open(server, 15) == []
 
 
-@has_deadline
 def test_each_target_has_its_own_deadline_inside_a_long_run_deadline():
     # four drips at once, with a run deadline far beyond each target's own (window + timeout + a small margin):
     # they end at their own deadlines, well before the run's, and the rest are judged as usual
@@ -149,7 +141,6 @@ def test_each_target_has_its_own_deadline_inside_a_long_run_deadline():
             assert wrong_state(plan.kind, result) is None, (plan.target.name, wrong_state(plan.kind, result))
 
 
-@has_deadline
 def test_check_deadline_option_makes_a_dripping_server_unknown():
     with FleetProcess(hold_seconds=120) as server:
         url = server.add("drip", "drip_body")
