@@ -28,7 +28,7 @@ from llmdiag.api.scan import diagnose
 from llmdiag.api.targets import connection_for
 from llmdiag.client.deadline import Deadline, within
 from llmdiag.client.endpoint import Connection, redact_url
-from llmdiag.collect.live import SCAN_MARGIN_SECONDS, TelemetryOptions
+from llmdiag.collect.live import SCAN_MARGIN_SECONDS, TelemetryOptions, window_cut_at
 from llmdiag.collect.prometheus.api import PrometheusSource
 from llmdiag.config import Settings, Target
 from llmdiag.errors import LlmdiagError, ProbeTimeout, option
@@ -160,11 +160,17 @@ def run_check(
     def one(target: Target) -> TargetResult:
         own = Deadline.after(target_deadline_seconds(target, window_seconds, connections.get(target.name)))
         with within(Deadline(own.end, own.seconds, "its deadline").sooner(total)):
-            return check_target(target, settings, window_seconds, history, now, connections.get(target.name))
+            result = check_target(target, settings, window_seconds, history, now, connections.get(target.name))
+        # the run's deadline cut its window short: a part of the window asked for is not judged as the whole
+        cut = result.verdict is not None and any(window_cut_at(total) in note for note in result.verdict.notes)
+        return late(target, -1.0) if cut else result
 
     def late(target: Target, seconds: float) -> TargetResult:
+        """UNKNOWN for a target the deadlines ended (``seconds`` < 0: the run's cut its window short)."""
         own = target_deadline_seconds(target, window_seconds, connections.get(target.name))
-        if seconds <= 0:
+        if seconds < 0:
+            why = f"did not finish in time: {total.describe()} cut its window short"
+        elif seconds == 0:
             why = f"not checked: {total.describe()} passed before its turn"
         elif total.expired():
             why = f"did not finish in time: {total.describe()} passed while it was checked"

@@ -39,6 +39,11 @@ SCAN_MARGIN_SECONDS = 2.0
 MIN_READ_SECONDS = 0.5
 
 
+def window_cut_at(deadline: Deadline) -> str:
+    """The note a window cut short by ``deadline`` carries (a check tells its run's deadline cut it by this)."""
+    return f"the window was cut short at {deadline.describe()}"
+
+
 def scan_deadline(duration_seconds: float, timeout_seconds: float) -> Deadline:
     """The latest a live scan may end: ``duration_seconds + timeout_seconds + SCAN_MARGIN_SECONDS`` from now."""
     return Deadline.after(duration_seconds + timeout_seconds + SCAN_MARGIN_SECONDS, "the scan's deadline")
@@ -274,7 +279,7 @@ class _LiveWindow:
         if deadline is None or wait < deadline.remaining() - MIN_READ_SECONDS:
             return False
         self.server.failures.append(
-            f"the window was cut short at {deadline.describe()}: {len(self.server.scrapes)} of {self.count} "
+            f"{window_cut_at(deadline)}: {len(self.server.scrapes)} of {self.count} "
             "scrapes read (the server answered slowly)"
         )
         return True

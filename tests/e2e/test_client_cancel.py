@@ -29,7 +29,7 @@ def test_a_request_cancelled_as_its_answer_ends_closes_its_connection(monkeypatc
 
     async def cancel_as_the_answer_ends(url: str) -> str:
         client = OpenAIClient(url, model="m", timeout_seconds=5)
-        request = asyncio.ensure_future(client.request_json("GET", "/v1/models"))
+        request = asyncio.ensure_future(client.complete("hi", 1))  # the canary's request
         while not (made and made[0].exchanges == 1 and made[0]._state == http1._IDLE):
             assert not request.done(), "the request resumed before the watcher saw its answer end"
             await asyncio.sleep(0)
