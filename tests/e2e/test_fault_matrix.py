@@ -40,7 +40,7 @@ from tests.support.oserrors import FaultyFolder, faulty_folder
 MEMORY_PAGES = sorted((FIXTURES / "vllm-0.32.0" / "memory").glob("scrape-*.prom"))
 DCGM_PAGE = FIXTURES / "dcgm" / "readme-quickstart.prom"
 NVML_RECORDING = FIXTURES / "nvml" / "h100-sxm-tp2-decode.json"
-FAST = ("--duration", "2", "--timeout", "2")
+FAST = ("--duration", "1", "--timeout", "1")  # three scrapes, 0.5 s apart
 OLD_REPORT = b"<html>the report of last week</html>\n"
 OLD_JSON = b'{"the": "verdict of last week"}\n'
 
@@ -143,11 +143,8 @@ def test_a_load_whose_output_cannot_be_written_still_prints_its_report(folder):
     assert leftovers(disk.path, {"load.json"}) == []
 
 
-def test_report_output_on_a_read_only_disk_names_the_option_given(folder, tmp_path: Path):
-    saved = tmp_path / "verdict.json"
-    with ScriptedServer(ReplayResponder(MEMORY_PAGES)) as server:
-        scanned = run_cli("scan", server.url, *FAST, "--no-probe", "--json")
-    saved.write_text(scanned.stdout)
+def test_report_output_on_a_read_only_disk_names_the_option_given(folder):
+    saved = REPO_ROOT / "reports" / "examples" / "memory.json"  # a saved demo verdict
     disk = folder("read_only", report_html=OLD_REPORT)
     error, hint = one_error(cli(disk, "report", str(saved), "-o", str(disk.path / "report.html")))
     assert "read-only file system" in error.lower() and "--output" in hint and "--html" not in hint
@@ -340,7 +337,7 @@ def test_sigterm_mid_load_exits_143_with_no_output_file_and_no_process(tmp_path:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the server: killed mid-scan, restarted mid-window (the simulator in its own process, as a real server is)
+# the server: killed mid-scan and restarted mid-window (the simulator in its own process, as a real server is)
 
 
 class SimProcess:
@@ -412,23 +409,6 @@ def scan_through_a_fault(fault: Callable[[int, SimProcess], SimProcess | None], 
     return clean(CliResult(scan.returncode, out, err))
 
 
-def test_a_server_killed_mid_scan_is_judged_on_what_was_read_or_an_empty_window():
-    result = scan_through_a_fault(lambda port, sim: sim.kill(), "6")
-    if result.returncode == 2:  # killed before a second scrape (a starved host): the empty window, said plainly
-        error, hint = one_error(result)
-        assert "scrapes of" in error and "connection refused" in error
-        return
-    assert result.returncode in (0, 1), result.stderr
-    verdict = json.loads(result.stdout)
-    notes = " ".join(verdict["notes"])
-    assert "of 7 failed: cannot connect" not in notes  # a run of failures is one line, not one per scrape
-    assert "/7 failed: cannot connect to" in notes and "connection refused" in notes, notes
-    # the dead server's window is what was read before it died: a class from those scrapes, never healthy
-    assert verdict["bottleneck"] != "healthy"
-    [canary] = [p for p in verdict["coverage"]["probes"] if p["probe"] == "canary"]
-    assert canary["note"], canary
-
-
 def test_a_server_restarted_mid_window_counts_each_process_from_zero():
     def restart(port: int, sim: SimProcess) -> SimProcess:
         sim.kill()
@@ -440,6 +420,11 @@ def test_a_server_restarted_mid_window_counts_each_process_from_zero():
     notes = " ".join(verdict["notes"])
     assert "restarted in the window" in notes, notes
     assert "SAN002" in {f["code"] for f in verdict["findings"]}
+    # while it was down (killed, its port closed): one line for the run of refused scrapes, not one per scrape
+    outage = [n for n in verdict["notes"] if "failed: cannot connect to" in n]
+    assert len(outage) == 1 and "connection refused" in outage[0] and outage[0].startswith("scrape"), notes
+    [canary] = [p for p in verdict["coverage"]["probes"] if p["probe"] == "canary"]
+    assert canary["note"], canary  # the canaries in flight when it died say so
     # never a negative step: every counter's increase over the window is at least zero
     for name, signal_ in verdict["signals"].items():
         increase = (signal_.get("stats") or {}).get("increase")
