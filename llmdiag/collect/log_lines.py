@@ -358,10 +358,12 @@ def json_records(text: str, lead: float | None) -> list[Record]:
     """The iteration records of one JSON text: an object or an array of them."""
     try:
         parsed = json.loads(text)
+    except RecursionError:  # nested deeper than the stack: no record
+        return []
     except ValueError:
         try:  # an object followed by other text on the line
             parsed, _ = json.JSONDecoder().raw_decode(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return []
     items = parsed if isinstance(parsed, list) else [parsed]
     found = []
@@ -385,27 +387,28 @@ def trtllm_record(record: dict, lead: float | None = None) -> Record | None:
             at = lead
     values: dict[str, float] = {}
 
-    def put(name: str, value: object) -> None:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            values[name] = float(value)
+    def put(name: str, value: float | None) -> None:
+        if value is not None:
+            values[name] = value
 
-    put("running", record.get("numActiveRequests"))
-    put("waiting", record.get("numQueuedRequests"))
+    put("running", _finite(record.get("numActiveRequests")))
+    put("waiting", _finite(record.get("numQueuedRequests")))
     kv = record.get("kvCacheStats") or {}
-    if isinstance(kv, dict) and kv.get("maxNumBlocks"):
-        put("kv_ratio", kv.get("usedNumBlocks", 0) / kv["maxNumBlocks"])
+    if isinstance(kv, dict) and (blocks := _finite(kv.get("maxNumBlocks"))):
+        used = _finite(kv.get("usedNumBlocks", 0))
+        put("kv_ratio", used / blocks if used is not None else None)
     batching = record.get("inflightBatchingStats") or {}
+    gen = None
     if isinstance(batching, dict):
-        put("trt_ctx_tokens", batching.get("numCtxTokens"))
-        gen = batching.get("numGenRequests")
-        per = batching.get("avgNumDecodedTokensPerIter") or 1.0
-        if isinstance(gen, (int, float)):
-            put("trt_gen_tokens", gen * per)
-        put("trt_paused", batching.get("numPausedRequests"))
-    latency = record.get("iterLatencyMS")
-    if isinstance(latency, (int, float)) and isinstance(batching, dict) and batching.get("numGenRequests"):
+        put("trt_ctx_tokens", _finite(batching.get("numCtxTokens")))
+        gen = _finite(batching.get("numGenRequests"))
+        per = _finite(batching.get("avgNumDecodedTokensPerIter")) or 1.0
+        put("trt_gen_tokens", gen * per if gen is not None else None)
+        put("trt_paused", _finite(batching.get("numPausedRequests")))
+    latency = _finite(record.get("iterLatencyMS"))
+    if latency is not None and gen:
         put("trt_step_seconds", latency / 1000.0)
-    iteration = record.get("iter")
+    iteration = _finite(record.get("iter"))
     return Record(
         at=at,
         series="0",
@@ -413,8 +416,19 @@ def trtllm_record(record: dict, lead: float | None = None) -> Record | None:
         fmt="trtllm-iteration-json",
         values=values,
         known_zero=() if "trt_paused" in values else ("trt_paused",),
-        iterations=float(iteration) if isinstance(iteration, (int, float)) else None,
+        iterations=iteration,
     )
+
+
+def _finite(value: object) -> float | None:
+    """A JSON number as a finite float; a string, a bool, NaN, ±Inf or an integer beyond a float's range is None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 class _JsonBlock:
