@@ -134,6 +134,10 @@ def run_atheris(name: str, seconds: int) -> int:
     pool = fuzz_inputs.trace_seeds() if name.startswith("trace") else fuzz_inputs.seeds(*fuzz_inputs.PAGES)
     for i, data in enumerate(pool):
         (corpus / f"seed-{i}").write_bytes(data)
+    # the target's modules imported under instrumentation (llmdiag's and the exposition parser's only: instrumenting
+    # everything loaded takes minutes), which gives atheris its coverage
+    with atheris.instrument_imports(include=["llmdiag", "prometheus_client"]):
+        one(pool[0])
     atheris.Setup([sys.argv[0], f"-max_total_time={seconds}", "-max_len=65536", str(corpus)], one)
     atheris.Fuzz()
     return 0

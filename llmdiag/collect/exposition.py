@@ -74,7 +74,7 @@ def parse_exposition(text: str, at_unix: float | None, origin: str = "metrics pa
     if not text.endswith("\n"):
         # every exporter ends the page with a newline; a missing one means the body was cut off
         raise ExpositionParseError(f"{origin} ends mid-line: the exposition is truncated")
-    _check_line_count(text, origin)
+    check_line_count(text, origin)
     scrape = Scrape(at_unix=at_unix, size_bytes=len(text))
     try:
         _parse_into(scrape, text, origin)
@@ -102,7 +102,7 @@ def parse_exposition(text: str, at_unix: float | None, origin: str = "metrics pa
     return scrape
 
 
-def _check_line_count(text: str, origin: str) -> None:
+def check_line_count(text: str, origin: str) -> None:
     """Refuse a page with more sample lines than ``MAX_SERIES`` before the parser builds them (counted in C)."""
     if text.count("\n") <= MAX_SERIES:
         return
@@ -114,36 +114,47 @@ def _check_line_count(text: str, origin: str) -> None:
         )
 
 
-def _check_cardinality(scrape: Scrape, origin: str) -> None:
-    """Refuse a page with more than ``MAX_SERIES`` series or ``MAX_LABEL_VALUES`` values of one label."""
+def _check_cardinality(scrape: Scrape, origin: str, values: bool = True) -> None:
+    """Refuse a page with more than ``MAX_SERIES`` series or (``values``) ``MAX_LABEL_VALUES`` values of one label."""
     count = sum(len(by_labels) for by_labels in scrape.series.values())
     if count > MAX_SERIES:
         raise ResponseTooLargeError(
             f"{origin} holds {count:,} series, over the cap of {MAX_SERIES:,}", CARDINALITY_HINT
         )
-    if count <= MAX_LABEL_VALUES:
+    if not values or count <= MAX_LABEL_VALUES:
         return  # fewer series than the cap: no label can have more values
-    values: dict[str, set[str]] = {}
+    seen_values: dict[str, set[str]] = {}
     for by_labels in scrape.series.values():
         for key in by_labels:
             for label, value in key:
-                seen = values.setdefault(label, set())
+                seen = seen_values.setdefault(label, set())
                 seen.add(value)
                 if len(seen) > MAX_LABEL_VALUES:
-                    raise ResponseTooLargeError(
-                        f"{origin}: label '{label}' takes more than {MAX_LABEL_VALUES:,} values (a series per "
-                        f"value), over the cap",
-                        CARDINALITY_HINT,
-                    )
+                    raise _too_many_values(origin, label)
+
+
+def _too_many_values(origin: str, label: str) -> ResponseTooLargeError:
+    return ResponseTooLargeError(
+        f"{origin}: label '{label}' takes more than {MAX_LABEL_VALUES:,} values (a series per value), over the cap",
+        CARDINALITY_HINT,
+    )
 
 
 def _parse_into(scrape: Scrape, text: str, origin: str = "metrics page", check: bool = True) -> None:
+    # each label's values counted as the samples come: a page past the cap is refused at the cap, not at its end
+    values: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             scrape.series.setdefault(sample.name, {})[label_key(sample.labels)] = float(sample.value)
             scrape.types.setdefault(sample.name, family.type)
+            if check:
+                for label, value in sample.labels.items():
+                    seen = values.setdefault(label, set())
+                    seen.add(value)
+                    if len(seen) > MAX_LABEL_VALUES:
+                        raise _too_many_values(origin, label)
     if check:
-        _check_cardinality(scrape, origin)
+        _check_cardinality(scrape, origin, values=False)  # the values were counted as they came
 
 
 def _drop_unreadable_samples(text: str) -> tuple[str, dict[str, str]]:
@@ -232,11 +243,11 @@ def parse_pasted(text: str, at_unix: float | None, origin: str = "metrics page")
     when not one sample can be read. ``at_unix`` None and samples with timestamps: the page's time is their last."""
     if not text.strip():
         raise NotMetricsError(f"{origin} is empty")
+    check_line_count(text, origin)
     lines = data_lines(text)
     joined = "\n".join(line for line in lines if line).lstrip()
     if joined.startswith("<"):
         raise NotMetricsError(f"{origin} is an HTML/XML page, not Prometheus metrics")
-    _check_line_count(text, origin)
     found = _sort_lines(lines)
     if not found.samples:
         if joined.startswith(("{", "[")):

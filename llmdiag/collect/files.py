@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from llmdiag.client.endpoint import format_bytes
-from llmdiag.collect.exposition import Scrape, describe_skipped, parse_pasted
+from llmdiag.collect.exposition import Scrape, check_line_count, describe_skipped, parse_pasted
 from llmdiag.collect.paste import data_lines
 from llmdiag.collect.servers.pages import build_server_signals, check_server
 from llmdiag.collect.signals import build_signal_set
@@ -99,6 +99,7 @@ def json_block(lines: list[str]) -> str | None:
 def read_dump(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Scrape:
     """One saved or pasted page: Prometheus text anywhere in the file, or TensorRT-LLM's JSON iteration stats."""
     text = read_text(path, max_bytes)
+    check_line_count(text, str(path))  # a page of a million series is refused before its lines are looked at
     lines = data_lines(text)
     at = scraped_at(lines)
     body = json_block(lines)

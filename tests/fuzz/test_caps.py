@@ -109,10 +109,10 @@ def test_a_page_of_a_million_series_is_refused_before_it_is_parsed() -> None:
 def test_a_label_with_a_hundred_thousand_values_is_refused() -> None:
     page = "# TYPE vllm:num_requests_running gauge\n" + _page(10**5, label="request_id")
     assert MAX_SERIES > 10**5  # under the series cap: the label's cap refuses it
-    for parse in (parse_exposition, parse_pasted):
-        with pytest.raises(ResponseTooLargeError, match="label 'request_id' takes more than") as caught:
-            parse(page, None, origin="ids.prom")
-        assert f"{MAX_LABEL_VALUES:,}" in caught.value.message
+    # the live reader's parse here; a saved page's (parse_pasted) through the CLI below
+    with pytest.raises(ResponseTooLargeError, match="label 'request_id' takes more than") as caught:
+        parse_exposition(page, None, origin="ids.prom")
+    assert f"{MAX_LABEL_VALUES:,}" in caught.value.message
 
 
 def test_a_page_just_under_the_caps_is_read() -> None:
