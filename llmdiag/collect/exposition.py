@@ -177,6 +177,8 @@ def _drop_unreadable_samples(text: str) -> tuple[str, dict[str, str]]:
 # ---------------------------------------------------------------------------------------------
 # pasted pages: the metric lines wherever they are in the text, a bad line skipped and counted
 
+# a sample's timestamp (ms) up to datetime's year 9999
+MAX_STAMP_MS = 253402300799000
 METRIC_NAME = r"[A-Za-z_:][A-Za-z0-9_:]*"
 LABELS = r'\{\s*(?:[A-Za-z_][A-Za-z0-9_]*\s*=\s*"(?:[^"\\]|\\.)*"\s*(?:,\s*)?)*\}'
 VALUE = r"[-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|[0-9]+\.|Inf|inf|NaN|nan)"
@@ -255,8 +257,9 @@ def parse_pasted(text: str, at_unix: float | None, origin: str = "metrics page")
         raise NotMetricsError(f"{origin} holds no metric samples")
     first, last = found.samples[0], found.samples[-1]
     skipped = [n + 1 for n in found.other if first < n < last or n in found.attempts]
-    if found.stamps_ms and at_unix is None:
-        at_unix = max(found.stamps_ms) / 1000.0
+    stamps_ms = [ms for ms in found.stamps_ms if 0 < ms <= MAX_STAMP_MS]  # a 400-digit stamp is no time
+    if stamps_ms and at_unix is None:
+        at_unix = max(stamps_ms) / 1000.0
     scrape = Scrape(at_unix=at_unix, size_bytes=len(text), skipped_lines=skipped)
     try:
         _parse_into(scrape, "\n".join(line for _, line in found.kept) + "\n", origin)

@@ -85,6 +85,14 @@ def utc(text: str, fmt: str) -> float:
     return _utc_parsed(text, fmt)
 
 
+def utc_or_none(text: str, fmt: str) -> float | None:
+    """``utc``, or None for a stamp no clock shows (hour 31, 30 February): the line then holds no record."""
+    try:
+        return utc(text, fmt)
+    except (ValueError, OverflowError):
+        return None
+
+
 @lru_cache(maxsize=1024)
 def _day_seconds(day: str) -> int:
     # date() refuses what strptime refuses (month 13, 30 February)
@@ -182,8 +190,7 @@ class LineReader:
         lead: float | None = None
         body = text
         match = ISO_LEAD.match(body)
-        if match:
-            lead = utc(match.group(1), "%Y-%m-%d %H:%M:%S")
+        if match and (lead := utc_or_none(match.group(1), "%Y-%m-%d %H:%M:%S")) is not None:
             body = body[match.end() :]
         found: list[Record] = []
         if self.json and "{" in body and any(k in body for k in TRT_KEYS):
@@ -252,7 +259,10 @@ class LineReader:
                 hit = pattern.search(segment)
             if hit is None:
                 continue
-            at = self._time(head[0], head[1]["time"] or "", year, file_time, lead) if head else lead
+            try:
+                at = self._time(head[0], head[1]["time"] or "", year, file_time, lead) if head else lead
+            except (ValueError, OverflowError):  # a stamp no clock shows (hour 31): no record, not a crash
+                continue
             groups = {k: v for k, v in hit.groupdict().items() if v is not None}
             for extra, needs in optional:  # anywhere in the record: SGLang prints token usage before its core numbers
                 for text in needs:
@@ -463,8 +473,7 @@ def _json_start(text: str) -> tuple[str, float | None] | None:
     """The start of a multi-line JSON text on this line (an open '{' or '[' that does not close on it)."""
     lead = None
     match = ISO_LEAD.match(text)
-    if match:
-        lead = utc(match.group(1), "%Y-%m-%d %H:%M:%S")
+    if match and (lead := utc_or_none(match.group(1), "%Y-%m-%d %H:%M:%S")) is not None:
         text = text[match.end() :]
     if JSON_OPEN.match(text) and _depth(text) > 0:
         return text, lead
