@@ -16,6 +16,8 @@ CASES = sorted(p for p in HERE.glob("*/*") if p.suffix in (".bin", ".json"))
 # what each gives now, where it is one thing: the error class, or None for a result (an empty name: any llmdiag error)
 EXPECTED: dict[str, type[LlmdiagError] | None] = {
     "analyze/log-hour-31.bin": None,
+    "nccl-log/nvls-channels-past-a-float.bin": None,
+    "nccl-tests/size-past-a-float.bin": None,
     "analyze/scraped-at-minus-1e309.bin": None,
     "config/readme-example-not-utf8.bin": ConfigError,
     "trtllm-json/iter-infinity.bin": NotMetricsError,
