@@ -58,6 +58,7 @@ class Tally:
     crashes: dict[str, tuple[str, object]] = field(default_factory=dict)  # signature → (traceback, smallest input)
     slowest: tuple[float, int] = (0.0, 0)  # seconds, size
     over_bound: int = 0
+    slowest_over: tuple[float, object] | None = None  # the slowest example past the bound, kept like a crash
 
 
 def signature(exc: BaseException) -> str:
@@ -88,6 +89,8 @@ def run_target(name: str, examples: int, run_seed: int | None, tally: Tally) -> 
         tally.slowest = max(tally.slowest, (took, size))
         if took > time_bound_seconds(size):
             tally.over_bound += 1
+            if tally.slowest_over is None or took > tally.slowest_over[0]:
+                tally.slowest_over = (took, value)
 
     test = settings(
         max_examples=examples,
@@ -113,6 +116,13 @@ def save(out: Path, name: str, tally: Tally) -> list[Path]:
         else:
             (path / "input.repr").write_text(repr(value), encoding="utf-8")
         saved.append(path)
+    if tally.slowest_over is not None:  # not a crash: a time past the bound, kept to be looked at
+        took, value = tally.slowest_over
+        path = out / f"{name}-slow"
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "took.txt").write_text(f"{took:.3f} s for {size_of(value)} bytes\n", encoding="utf-8")
+        if isinstance(value, bytes):
+            (path / "input.bin").write_bytes(value)
     return saved
 
 

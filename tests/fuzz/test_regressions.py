@@ -20,6 +20,7 @@ EXPECTED: dict[str, type[LlmdiagError] | None] = {
     "nccl-tests/size-past-a-float.bin": None,
     "analyze/scraped-at-minus-1e309.bin": None,
     "config/readme-example-not-utf8.bin": ConfigError,
+    "config/arrays-nested-too-deep.bin": ConfigError,
     "trtllm-json/iter-infinity.bin": NotMetricsError,
     "trtllm-json/iter-nan.bin": NotMetricsError,
     "trace/event-number-out-of-range.bin": TraceFileError,  # its end cut off too: truncated, said so
@@ -120,3 +121,14 @@ def test_at_the_cli_a_regression_is_a_result_or_one_error_never_a_traceback(
     assert "Traceback" not in output and "internal error" not in output, output[-2000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
     assert result.returncode in (0, 1) or (result.returncode == 2 and len(errors) == 1), output[-2000:]
+
+
+def test_a_rule_spec_nested_past_the_stack_is_a_rule_spec_error() -> None:
+    """parse_toml, which reads every rule and probe spec, refuses what load_settings refuses."""
+    from llmdiag.errors import RuleSpecError
+    from llmdiag.schema.base import parse_toml
+    from llmdiag.schema.rules import RuleSpec
+
+    text = (HERE / "config" / "arrays-nested-too-deep.bin").read_bytes().decode("utf-8", errors="replace")
+    with pytest.raises(RuleSpecError, match="nested deeper than Python's stack"):
+        parse_toml(RuleSpec, "rules/memory/MEM001-kv-cache-saturated.toml", text)
