@@ -134,6 +134,10 @@ def load_settings(path: Path | None) -> Settings:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
+    except RecursionError:  # tomllib recurses per nested array or table
+        raise ConfigError(f"{path}: arrays or tables nested deeper than Python's stack: not a config") from None
+    except UnicodeDecodeError as exc:  # TOML is UTF-8 by definition
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}): not a TOML file") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read it: {exc}") from None
     try:

@@ -19,7 +19,7 @@
         ├── NotMetricsError        the page is HTML, JSON, or not a known server's metrics
         │   └── UnsupportedServerError  no server probe recognises what the URL answers
         ├── ExpositionParseError   truncated or garbage Prometheus text
-        ├── ResponseTooLargeError  the page is larger than the read cap
+        ├── ResponseTooLargeError  the page is larger than the read cap, or holds more series than a page can
         └── EmptyWindowError       no usable pair of scrapes (e.g. the server restarted mid-scan)
 
 Naming an option in a message: ``option(key)``. The code below the CLI never spells a command-line flag: a

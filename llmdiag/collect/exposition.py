@@ -18,7 +18,17 @@ from types import MappingProxyType
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmdiag.collect.paste import data_lines
-from llmdiag.errors import ExpositionParseError, NotMetricsError, option
+from llmdiag.errors import ExpositionParseError, LlmdiagError, NotMetricsError, ResponseTooLargeError, option
+
+# Caps on one page, so a page cannot take the memory and the minutes a scan or a cron check does not have. An
+# inference server's page holds hundreds to a few thousand series (vLLM with 8 engines and its histograms: ~10^4),
+# a histogram's 'le' a few dozen values: a page past these is a label with a value per request, user or session.
+MAX_SERIES = 200_000
+MAX_LABEL_VALUES = 10_000
+CARDINALITY_HINT = (
+    "an inference server's page holds thousands of series, not hundreds of thousands: a label with a value per "
+    "request or user makes a series each; point llmdiag at the server's own page, or drop that label before it"
+)
 
 LabelKey = tuple[tuple[str, str], ...]
 # the default label match: every series (read-only, so one instance serves every call)
@@ -64,9 +74,12 @@ def parse_exposition(text: str, at_unix: float | None, origin: str = "metrics pa
     if not text.endswith("\n"):
         # every exporter ends the page with a newline; a missing one means the body was cut off
         raise ExpositionParseError(f"{origin} ends mid-line: the exposition is truncated")
+    check_line_count(text, origin)
     scrape = Scrape(at_unix=at_unix, size_bytes=len(text))
     try:
-        _parse_into(scrape, text)
+        _parse_into(scrape, text, origin)
+    except LlmdiagError:
+        raise
     except Exception as exc:  # the parser raises ValueError, IndexError, KeyError… on garbage
         # dcgm-exporter writes 'ERROR - FAILED TO CONVERT TO STRING' for fields it cannot read: drop such samples,
         # say which, and keep the rest of the page; a page that is garbage throughout still fails
@@ -75,7 +88,9 @@ def parse_exposition(text: str, at_unix: float | None, origin: str = "metrics pa
             raise ExpositionParseError(f"{origin} is not valid Prometheus text: {exc}") from None
         scrape = Scrape(at_unix=at_unix, size_bytes=len(text))
         try:
-            _parse_into(scrape, kept)
+            _parse_into(scrape, kept, origin)
+        except LlmdiagError:
+            raise
         except Exception:
             scrape.series.clear()
         if not scrape.series:
@@ -87,11 +102,59 @@ def parse_exposition(text: str, at_unix: float | None, origin: str = "metrics pa
     return scrape
 
 
-def _parse_into(scrape: Scrape, text: str) -> None:
+def check_line_count(text: str, origin: str) -> None:
+    """Refuse a page with more sample lines than ``MAX_SERIES`` before the parser builds them (counted in C)."""
+    if text.count("\n") <= MAX_SERIES:
+        return
+    samples = sum(1 for line in text.split("\n") if line.strip() and not line.lstrip().startswith("#"))
+    if samples > MAX_SERIES:
+        raise ResponseTooLargeError(
+            f"{origin} holds {samples:,} lines besides comments, over the cap of {MAX_SERIES:,} series",
+            CARDINALITY_HINT,
+        )
+
+
+def _check_cardinality(scrape: Scrape, origin: str, values: bool = True) -> None:
+    """Refuse a page with more than ``MAX_SERIES`` series or (``values``) ``MAX_LABEL_VALUES`` values of one label."""
+    count = sum(len(by_labels) for by_labels in scrape.series.values())
+    if count > MAX_SERIES:
+        raise ResponseTooLargeError(
+            f"{origin} holds {count:,} series, over the cap of {MAX_SERIES:,}", CARDINALITY_HINT
+        )
+    if not values or count <= MAX_LABEL_VALUES:
+        return  # fewer series than the cap: no label can have more values
+    seen_values: dict[str, set[str]] = {}
+    for by_labels in scrape.series.values():
+        for key in by_labels:
+            for label, value in key:
+                seen = seen_values.setdefault(label, set())
+                seen.add(value)
+                if len(seen) > MAX_LABEL_VALUES:
+                    raise _too_many_values(origin, label)
+
+
+def _too_many_values(origin: str, label: str) -> ResponseTooLargeError:
+    return ResponseTooLargeError(
+        f"{origin}: label '{label}' takes more than {MAX_LABEL_VALUES:,} values (a series per value), over the cap",
+        CARDINALITY_HINT,
+    )
+
+
+def _parse_into(scrape: Scrape, text: str, origin: str = "metrics page", check: bool = True) -> None:
+    # each label's values counted as the samples come: a page past the cap is refused at the cap, not at its end
+    values: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             scrape.series.setdefault(sample.name, {})[label_key(sample.labels)] = float(sample.value)
             scrape.types.setdefault(sample.name, family.type)
+            if check:
+                for label, value in sample.labels.items():
+                    seen = values.setdefault(label, set())
+                    seen.add(value)
+                    if len(seen) > MAX_LABEL_VALUES:
+                        raise _too_many_values(origin, label)
+    if check:
+        _check_cardinality(scrape, origin, values=False)  # the values were counted as they came
 
 
 def _drop_unreadable_samples(text: str) -> tuple[str, dict[str, str]]:
@@ -114,6 +177,8 @@ def _drop_unreadable_samples(text: str) -> tuple[str, dict[str, str]]:
 # ---------------------------------------------------------------------------------------------
 # pasted pages: the metric lines wherever they are in the text, a bad line skipped and counted
 
+# a sample's timestamp (ms) up to datetime's year 9999
+MAX_STAMP_MS = 253402300799000
 METRIC_NAME = r"[A-Za-z_:][A-Za-z0-9_:]*"
 LABELS = r'\{\s*(?:[A-Za-z_][A-Za-z0-9_]*\s*=\s*"(?:[^"\\]|\\.)*"\s*(?:,\s*)?)*\}'
 VALUE = r"[-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|[0-9]+\.|Inf|inf|NaN|nan)"
@@ -180,6 +245,7 @@ def parse_pasted(text: str, at_unix: float | None, origin: str = "metrics page")
     when not one sample can be read. ``at_unix`` None and samples with timestamps: the page's time is their last."""
     if not text.strip():
         raise NotMetricsError(f"{origin} is empty")
+    check_line_count(text, origin)
     lines = data_lines(text)
     joined = "\n".join(line for line in lines if line).lstrip()
     if joined.startswith("<"):
@@ -191,20 +257,24 @@ def parse_pasted(text: str, at_unix: float | None, origin: str = "metrics page")
         raise NotMetricsError(f"{origin} holds no metric samples")
     first, last = found.samples[0], found.samples[-1]
     skipped = [n + 1 for n in found.other if first < n < last or n in found.attempts]
-    if found.stamps_ms and at_unix is None:
-        at_unix = max(found.stamps_ms) / 1000.0
+    stamps_ms = [ms for ms in found.stamps_ms if 0 < ms <= MAX_STAMP_MS]  # a 400-digit stamp is no time
+    if stamps_ms and at_unix is None:
+        at_unix = max(stamps_ms) / 1000.0
     scrape = Scrape(at_unix=at_unix, size_bytes=len(text), skipped_lines=skipped)
     try:
-        _parse_into(scrape, "\n".join(line for _, line in found.kept) + "\n")
+        _parse_into(scrape, "\n".join(line for _, line in found.kept) + "\n", origin)
+    except LlmdiagError:
+        raise
     except Exception:  # lines each well-formed, together not (a TYPE line twice, out of order): one at a time
         scrape.series.clear()
         for number, line in found.kept:
             if line.startswith("#"):
                 continue
             try:
-                _parse_into(scrape, line + "\n")
+                _parse_into(scrape, line + "\n", check=False)  # checked once, below
             except Exception:
                 scrape.skipped_lines.append(number + 1)
+        _check_cardinality(scrape, origin)
         scrape.skipped_lines.sort()
         if not scrape.series:
             raise ExpositionParseError(f"{origin} is not valid Prometheus text") from None

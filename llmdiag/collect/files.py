@@ -15,6 +15,7 @@ A rate is never computed over an assumed interval: without a time base the count
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -24,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from llmdiag.client.endpoint import format_bytes
-from llmdiag.collect.exposition import Scrape, describe_skipped, parse_pasted
+from llmdiag.collect.exposition import Scrape, check_line_count, describe_skipped, parse_pasted
 from llmdiag.collect.paste import data_lines
 from llmdiag.collect.servers.pages import build_server_signals, check_server
 from llmdiag.collect.signals import build_signal_set
@@ -81,7 +82,7 @@ def scraped_at(lines: list[str]) -> float | None:
         found = SCRAPED_AT_RE.match(line)
         if found:
             try:
-                return float(found.group(1))
+                return unix_time(float(found.group(1)))
             except ValueError:
                 return None
     return None
@@ -99,6 +100,7 @@ def json_block(lines: list[str]) -> str | None:
 def read_dump(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Scrape:
     """One saved or pasted page: Prometheus text anywhere in the file, or TensorRT-LLM's JSON iteration stats."""
     text = read_text(path, max_bytes)
+    check_line_count(text, str(path))  # a page of a million series is refused before its lines are looked at
     lines = data_lines(text)
     at = scraped_at(lines)
     body = json_block(lines)
@@ -115,6 +117,15 @@ def read_dump(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Scrape:
         raise InputFileError(exc.message, DUMP_HINT) from None
 
 
+# the last second a date can be written for (datetime's year 9999): a time past it, or not finite, is no time
+LAST_UNIX_SECONDS = 253402300799.0
+
+
+def unix_time(value: float | None) -> float | None:
+    """A page's time or a process's start as unix seconds, or None where no clock could have shown it."""
+    return value if value is not None and math.isfinite(value) and 0 < value <= LAST_UNIX_SECONDS else None
+
+
 def _iso(at: float) -> str:
     return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -124,8 +135,8 @@ def _untimed(scrape: Scrape) -> Scrape:
 
 
 def _process_start(scrape: Scrape) -> float | None:
-    start = scrape.series.get(PROCESS_START, {})
-    return min(start.values()) if start else None
+    starts = [v for v in scrape.series.get(PROCESS_START, {}).values() if unix_time(v) is not None]
+    return min(starts) if starts else None
 
 
 def _no_rates(signal_set: SignalSet, reason: str) -> None:

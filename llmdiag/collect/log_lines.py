@@ -85,6 +85,14 @@ def utc(text: str, fmt: str) -> float:
     return _utc_parsed(text, fmt)
 
 
+def utc_or_none(text: str, fmt: str) -> float | None:
+    """``utc``, or None for a stamp no clock shows (hour 31, 30 February): the line then holds no record."""
+    try:
+        return utc(text, fmt)
+    except (ValueError, OverflowError):
+        return None
+
+
 @lru_cache(maxsize=1024)
 def _day_seconds(day: str) -> int:
     # date() refuses what strptime refuses (month 13, 30 February)
@@ -182,8 +190,7 @@ class LineReader:
         lead: float | None = None
         body = text
         match = ISO_LEAD.match(body)
-        if match:
-            lead = utc(match.group(1), "%Y-%m-%d %H:%M:%S")
+        if match and (lead := utc_or_none(match.group(1), "%Y-%m-%d %H:%M:%S")) is not None:
             body = body[match.end() :]
         found: list[Record] = []
         if self.json and "{" in body and any(k in body for k in TRT_KEYS):
@@ -252,7 +259,10 @@ class LineReader:
                 hit = pattern.search(segment)
             if hit is None:
                 continue
-            at = self._time(head[0], head[1]["time"] or "", year, file_time, lead) if head else lead
+            try:
+                at = self._time(head[0], head[1]["time"] or "", year, file_time, lead) if head else lead
+            except (ValueError, OverflowError):  # a stamp no clock shows (hour 31): no record, not a crash
+                continue
             groups = {k: v for k, v in hit.groupdict().items() if v is not None}
             for extra, needs in optional:  # anywhere in the record: SGLang prints token usage before its core numbers
                 for text in needs:
@@ -358,10 +368,12 @@ def json_records(text: str, lead: float | None) -> list[Record]:
     """The iteration records of one JSON text: an object or an array of them."""
     try:
         parsed = json.loads(text)
+    except RecursionError:  # nested deeper than the stack: no record
+        return []
     except ValueError:
         try:  # an object followed by other text on the line
             parsed, _ = json.JSONDecoder().raw_decode(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return []
     items = parsed if isinstance(parsed, list) else [parsed]
     found = []
@@ -385,27 +397,28 @@ def trtllm_record(record: dict, lead: float | None = None) -> Record | None:
             at = lead
     values: dict[str, float] = {}
 
-    def put(name: str, value: object) -> None:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            values[name] = float(value)
+    def put(name: str, value: float | None) -> None:
+        if value is not None:
+            values[name] = value
 
-    put("running", record.get("numActiveRequests"))
-    put("waiting", record.get("numQueuedRequests"))
+    put("running", _finite(record.get("numActiveRequests")))
+    put("waiting", _finite(record.get("numQueuedRequests")))
     kv = record.get("kvCacheStats") or {}
-    if isinstance(kv, dict) and kv.get("maxNumBlocks"):
-        put("kv_ratio", kv.get("usedNumBlocks", 0) / kv["maxNumBlocks"])
+    if isinstance(kv, dict) and (blocks := _finite(kv.get("maxNumBlocks"))):
+        used = _finite(kv.get("usedNumBlocks", 0))
+        put("kv_ratio", used / blocks if used is not None else None)
     batching = record.get("inflightBatchingStats") or {}
+    gen = None
     if isinstance(batching, dict):
-        put("trt_ctx_tokens", batching.get("numCtxTokens"))
-        gen = batching.get("numGenRequests")
-        per = batching.get("avgNumDecodedTokensPerIter") or 1.0
-        if isinstance(gen, (int, float)):
-            put("trt_gen_tokens", gen * per)
-        put("trt_paused", batching.get("numPausedRequests"))
-    latency = record.get("iterLatencyMS")
-    if isinstance(latency, (int, float)) and isinstance(batching, dict) and batching.get("numGenRequests"):
+        put("trt_ctx_tokens", _finite(batching.get("numCtxTokens")))
+        gen = _finite(batching.get("numGenRequests"))
+        per = _finite(batching.get("avgNumDecodedTokensPerIter")) or 1.0
+        put("trt_gen_tokens", gen * per if gen is not None else None)
+        put("trt_paused", _finite(batching.get("numPausedRequests")))
+    latency = _finite(record.get("iterLatencyMS"))
+    if latency is not None and gen:
         put("trt_step_seconds", latency / 1000.0)
-    iteration = record.get("iter")
+    iteration = _finite(record.get("iter"))
     return Record(
         at=at,
         series="0",
@@ -413,8 +426,19 @@ def trtllm_record(record: dict, lead: float | None = None) -> Record | None:
         fmt="trtllm-iteration-json",
         values=values,
         known_zero=() if "trt_paused" in values else ("trt_paused",),
-        iterations=float(iteration) if isinstance(iteration, (int, float)) else None,
+        iterations=iteration,
     )
+
+
+def _finite(value: object) -> float | None:
+    """A JSON number as a finite float; a string, a bool, NaN, ±Inf or an integer beyond a float's range is None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 class _JsonBlock:
@@ -449,8 +473,7 @@ def _json_start(text: str) -> tuple[str, float | None] | None:
     """The start of a multi-line JSON text on this line (an open '{' or '[' that does not close on it)."""
     lead = None
     match = ISO_LEAD.match(text)
-    if match:
-        lead = utc(match.group(1), "%Y-%m-%d %H:%M:%S")
+    if match and (lead := utc_or_none(match.group(1), "%Y-%m-%d %H:%M:%S")) is not None:
         text = text[match.end() :]
     if JSON_OPEN.match(text) and _depth(text) > 0:
         return text, lead

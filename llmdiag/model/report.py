@@ -56,6 +56,8 @@ def read_json_object(
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputFileError(f"{path} is not JSON: {exc.msg} at line {exc.lineno}", hint) from None
+    except RecursionError:
+        raise InputFileError(f"{path} is JSON nested deeper than any llmdiag file", hint) from None
     if not isinstance(data, dict):
         raise InputFileError(f"{path} holds JSON, but not {what} (no object at the top)", hint)
     version = data.get("schema_version")

@@ -311,6 +311,8 @@ def load_model_config(path: Path) -> ModelSpec:
         config = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputFileError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})", config_hint()) from None
+    except RecursionError:
+        raise InputFileError(f"{path}: JSON nested deeper than any model config", config_hint()) from None
     if not isinstance(config, dict):
         raise InputFileError(f"{path}: not a model config (a JSON object was expected)", config_hint())
     if "hidden_size" not in config and isinstance(config.get("text_config"), dict):

@@ -38,6 +38,8 @@ def parse_toml(model: type[M], display_path: str, text: str) -> M:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RuleSpecError(display_path, "(file)", f"not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses per nested array or table
+        raise RuleSpecError(display_path, "(file)", "arrays or tables nested deeper than Python's stack") from None
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -107,6 +107,14 @@ class NcclLog:
         )
 
 
+# ranks and channels NCCL counts: a run of digits longer than this (a cut or garbled line) is no count of them
+MAX_COUNT_DIGITS = 9
+
+
+def _number_of(digits: str) -> int | None:
+    return int(digits) if len(digits) <= MAX_COUNT_DIGITS else None
+
+
 def looks_like_nccl_log(text: str) -> bool:
     """Whether the text holds NCCL's debug lines or PyTorch's NCCL watchdog lines (anywhere in it)."""
     return bool(NCCL_LINE_RE.search(text) or VERSION_RE.search(text) or TIMEOUT_RE.search(text))
@@ -128,18 +136,19 @@ def _read_line(line: str, log: NcclLog) -> None:
     if version and not log.version:
         log.version, log.cuda = version.group(1), version.group(2) or ""
     for ranks in NRANKS_RE.findall(line):
-        log.nranks = max(log.nranks or 0, int(ranks))
+        if (n := _number_of(ranks)) is not None:
+            log.nranks = max(log.nranks or 0, n)
     for channel, src, _src_dev, dst, _dst_dev, direction, via in CONNECTION_RE.findall(line):
         log.connections[(channel, src, dst, direction)] = via
         log.ranks_seen |= {src, dst}
     channels = CHANNELS_RE.search(line)
-    if channels:
-        log.coll_channels = max(log.coll_channels or 0, int(channels.group(1)))
-        if channels.group(3) is not None:
-            log.nvls_channels = max(log.nvls_channels or 0, int(channels.group(3)))
+    if channels and (coll := _number_of(channels.group(1))) is not None:
+        log.coll_channels = max(log.coll_channels or 0, coll)
+        if channels.group(3) is not None and (nvls := _number_of(channels.group(3))) is not None:
+            log.nvls_channels = max(log.nvls_channels or 0, nvls)
     ring = RING_RE.search(line)
-    if ring:
-        log.ring_channels = max(log.ring_channels or 0, int(ring.group(1)))
+    if ring and (rings := _number_of(ring.group(1))) is not None:
+        log.ring_channels = max(log.ring_channels or 0, rings)
         log.ranks_seen |= set(ring.group(2).split())
     if "Connected all trees" in line or re.search(r"\bTrees \[0\]", line):
         log.trees = True

@@ -23,6 +23,7 @@ named in the source's config here.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -83,6 +84,9 @@ class NcclTestsOutput:
     avg_busbw_bytes_per_second: float | None = None
 
 
+MAX_SIZE_DIGITS = 18  # bytes: nccl-tests sizes fit in 64 bits
+
+
 def looks_like_nccl_tests(text: str) -> bool:
     """Whether the text holds nccl-tests results: one whole result row at least. A run that hung before its first
     row (the header, the ranks, NCCL's lines) is an NCCL log, read as one."""
@@ -111,7 +115,8 @@ def _row(line: str) -> Row | None:
     sides = [rest[:side], rest[side:]] if len(rest) == 2 * side else [rest]
     busbw = [float(part[2]) for part in sides if NUMBER_RE.match(part[2])]
     wrong = [float(part[3]) for part in sides if NUMBER_RE.match(part[3])]
-    if not busbw:
+    # a size past 64 bits or a figure past a float (1e309 reads as inf) is a garbled row, not a measurement
+    if not busbw or not all(math.isfinite(x) for x in busbw + wrong) or len(tokens[0]) > MAX_SIZE_DIGITS:
         return None
     return Row(int(tokens[0]), redop, root, max(busbw) * GB, max(wrong, default=0.0))
 

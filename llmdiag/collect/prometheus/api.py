@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -188,7 +189,7 @@ class PrometheusSource:
                 )
             try:
                 body = resp.json()
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested deeper than the stack
                 body = None
             return resp.status_code, resp.reason or "", body
 
@@ -223,7 +224,7 @@ class PrometheusSource:
 
     def series(self, match: str, start: float, end: float) -> list[dict[str, str]]:
         data = self.api("series", {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}, "the series lookup")
-        return data if isinstance(data, list) else []
+        return _label_sets(data)
 
     def targets(self) -> list[dict] | None:
         """Active targets (Prometheus only; Mimir and Thanos have none): None when the API is not there."""
@@ -244,11 +245,11 @@ class PrometheusSource:
 
         try:
             body = call_within(deadline, get, lambda: ProbeTimeout("late"))
-        except (requests.exceptions.RequestException, ValueError, ProbeTimeout):
+        except (requests.exceptions.RequestException, ValueError, RecursionError, ProbeTimeout):
             return None
         if not isinstance(body, dict) or body.get("status") != "success":
             return None
-        return body.get("data", {}).get("activeTargets") or []
+        return _active_targets(body.get("data"))
 
     def curl(self, expr: str, at_unix: float | None = None, range_: tuple[float, float, float] | None = None) -> str:
         """The query as a curl line a person can run: credentials as shell variables, never their values."""
@@ -288,4 +289,54 @@ def _short(expr: str, limit: int = 90) -> str:
 def _result(data: Any, expr: str) -> list[dict]:
     if not isinstance(data, dict) or data.get("resultType") not in ("vector", "matrix"):
         raise PrometheusQueryError(f"Prometheus answered {_short(expr)} with no vector or matrix")
-    return data.get("result") or []
+    rows = data.get("result")
+    return [row for row in rows if _well_formed_row(row)] if isinstance(rows, list) else []
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# the answers' shapes: whatever a proxy, a broken gateway or another product answers, only rows of the documented
+# shape (https://prometheus.io/docs/prometheus/latest/querying/api/) go on; the others are dropped here, so the code
+# that reads them never meets a list where a dict was promised or a value that is not a number
+
+
+def _label_set(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+def _point(value: Any) -> bool:
+    """[unix time, "number"]: the time a JSON number, the value a string that reads as a float (NaN and ±Inf too)."""
+    if not isinstance(value, list) or len(value) != 2:
+        return False
+    at, number = value
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not isinstance(number, str):
+        return False
+    try:
+        float(number)
+        return math.isfinite(float(at))  # an integer past a float's range (10**400) raises OverflowError
+    except (ValueError, OverflowError):
+        return False
+
+
+def _well_formed_row(row: Any) -> bool:
+    if not isinstance(row, dict) or not _label_set(row.get("metric")):
+        return False
+    if "values" in row:
+        values = row["values"]
+        return isinstance(values, list) and all(_point(v) for v in values)
+    return _point(row.get("value"))
+
+
+def _label_sets(data: Any) -> list[dict[str, str]]:
+    return [labels for labels in data if _label_set(labels)] if isinstance(data, list) else []
+
+
+def _active_targets(data: Any) -> list[dict]:
+    """/api/v1/targets' active targets that have label sets and a scrape interval that is a string."""
+    targets = data.get("activeTargets") if isinstance(data, dict) else None
+    if not isinstance(targets, list):
+        return []
+    return [
+        t
+        for t in targets
+        if isinstance(t, dict) and _label_set(t.get("labels", {})) and isinstance(t.get("scrapeInterval", ""), str)
+    ]

@@ -188,19 +188,30 @@ def _chosen_wire(spec: SignalSpec, names: set[str]) -> str | None:
     return None
 
 
+def _scrape_interval(text: object) -> float | None:
+    """A target's scrapeInterval ('15s', '1m'), or None where the answer holds something else."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        seconds = parse_duration(text)
+    except UsageError:
+        return None
+    return seconds if seconds < math.inf else None
+
+
 def discover_interval(source: PrometheusSource, inner: str, notes: list[str]) -> float:
     """The scrape interval of the selected targets: /api/v1/targets, else sample spacing, else 15 s (noted)."""
     targets = source.targets()
     wanted = simple_matchers(inner)
     if targets:
         chosen = [t for t in targets if all(t.get("labels", {}).get(k) == v for k, v in wanted.items())] or targets
-        intervals = [parse_duration(t["scrapeInterval"]) for t in chosen if t.get("scrapeInterval")]
+        intervals = [i for t in chosen if (i := _scrape_interval(t.get("scrapeInterval"))) is not None]
         if intervals:
             return max(intervals)
     try:  # Mimir, Thanos: no targets API; the spacing of `up`'s samples over 5 minutes
         rows = source.query(f"max(count_over_time({_vector('up', inner)}[5m]))", time.time())
-        count = float(rows[0]["value"][1]) if rows else 0.0
-        if count >= 2:
+        count = float(rows[0]["value"][1]) if rows and "value" in rows[0] else 0.0
+        if 2 <= count < math.inf:
             return 300.0 / count
     except PrometheusQueryError:
         pass

@@ -102,12 +102,21 @@ def parse_iteration_stats(text: str, at_unix: float | None, origin: str = "metri
             data = [json.loads(line) for line in stripped.splitlines() if line.strip()]
     except json.JSONDecodeError as exc:
         raise NotMetricsError(f"{origin} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except RecursionError:
+        raise NotMetricsError(f"{origin} is JSON nested deeper than any iteration record") from None
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
         raise NotMetricsError(f"{origin} is JSON but not a list of TensorRT-LLM iteration records")
-    bad = [r for r in data if "iter" not in r]
+    bad = [r for r in data if not _is_iter(r.get("iter"))]
     if bad:
-        raise NotMetricsError(f"{origin}: {len(bad)} record(s) without 'iter': not TensorRT-LLM iteration stats")
+        raise NotMetricsError(
+            f"{origin}: {len(bad)} record(s) without an integer 'iter': not TensorRT-LLM iteration stats"
+        )
     return IterationScrape(at_unix=at_unix, size_bytes=len(text), records=data)
+
+
+def _is_iter(value: object) -> bool:
+    """TensorRT-LLM numbers its iterations with an integer (json.loads also reads NaN, Infinity and 1e309)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 63
 
 
 def looks_like_json(text: str) -> bool:
@@ -124,9 +133,14 @@ def _num(record: Record, *path: str) -> float | None:
         if not isinstance(value, Mapping) or key not in value:
             return None
         value = value[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float (10**400)
+        return None
+    # NaN and ±Inf (json.loads reads them; TensorRT-LLM writes null) are no measurement
+    return number if math.isfinite(number) else None
 
 
 def record_time(record: Record) -> float | None:

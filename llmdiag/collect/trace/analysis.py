@@ -89,7 +89,7 @@ def _dims_elements(raw: bytes) -> int | None:
         return None
     try:
         dims = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the stack
         return None
     if not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or not dims[0]:
         return None
@@ -100,7 +100,8 @@ def _dims_elements(raw: bytes) -> int | None:
         if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
             return None
         count += math.prod(shape)
-    return count
+    # no tensor has more elements than a 64-bit count: a larger product is a corrupt shape, not a size
+    return count if 0 <= count < 1 << 63 else None
 
 
 def _first_type(raw: bytes) -> str | None:
@@ -108,7 +109,7 @@ def _first_type(raw: bytes) -> str | None:
         return None
     try:
         types = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the stack
         return None
     return types[0] if isinstance(types, list) and types and isinstance(types[0], str) else None
 
@@ -320,7 +321,7 @@ def _max_elements(raw: bytes) -> int | None:
     """The largest tensor (or tensor list) among an op's inputs, in elements, from its raw `Input Dims`."""
     try:
         dims = json.loads(raw) if raw else None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the stack
         return None
     if not isinstance(dims, list):
         return None

@@ -25,7 +25,7 @@ import zlib
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import msgspec
 
@@ -36,11 +36,24 @@ CHUNK_BYTES = 1 << 20
 MAX_CUT_TRIES = 64
 # a top-level value other than traceEvents (deviceProperties, distributedInfo …) larger than this is not a trace's
 MAX_TOP_VALUE_BYTES = 64 << 20
+# a gzip trace decompresses to at most this many times its size (real Kineto traces: 13x to 20x), and never less
+# than the floor: past it the file is a decompression bomb, refused before it fills the disk cache or the clock
+MAX_GZIP_RATIO = 200
+MIN_GZIP_CAP_BYTES = 64 << 20
+# one event (a kernel, an op) is a few hundred bytes; a slice without an event's end this long is no trace's
+MAX_EVENT_BYTES = 64 << 20
+# the largest job a trace can come from: the analysis lists the missing ranks of the world, and a corrupt
+# world_size (4294967295) must not make it build a set of billions
+MAX_WORLD_SIZE = 1 << 20
+# ids are kept in int64 arrays: a value outside that range is no id Kineto writes
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
 
 # keyed by str | None: it is read with an event's category, which the trace may leave out
 GPU_CATS: dict[str | None, int] = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "Kernel": 0, "Memcpy": 1, "Memset": 2}
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
 OP_CATS = frozenset({"cpu_op", "user_annotation", "Operator"})
+BLANKS = re.compile(rb"[ \t\r\n]*")
 STEP_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
 
 
@@ -48,9 +61,9 @@ STEP_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
 # the cyclic collector again and again (4x the decode time on a 54 MB trace)
 class _Args(msgspec.Struct, gc=False):
     # typed where Kineto always writes one type: msgspec checks them in C (an odd slice takes the lenient path)
-    correlation: int | None = None
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    stream: int | None = None
+    correlation: Int64 | None = None
+    external_id: Int64 | None = msgspec.field(default=None, name="External id")
+    stream: Int64 | None = None
     collective: Any = msgspec.field(default=None, name="Collective name")
     in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
     out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
@@ -147,12 +160,13 @@ class RankTrace:
     @property
     def rank(self) -> int | None:
         value = self.distributed.get("rank")
-        return value if isinstance(value, int) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_WORLD_SIZE else None
 
     @property
     def world_size(self) -> int | None:
+        """The job's rank count; a number no job has (0, negative, past ``MAX_WORLD_SIZE``) is unknown."""
         value = self.distributed.get("world_size")
-        return value if isinstance(value, int) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_WORLD_SIZE else None
 
     @property
     def device_names(self) -> list[str]:
@@ -168,15 +182,29 @@ class RankTrace:
 
 
 def _int(value: Any) -> int | None:
+    """An id or a count as Kineto writes it (a number, or the number as a string), within int64; else None."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
+        value = int(value)
+    elif isinstance(value, str) and value.strip().lstrip("-").isascii() and value.strip().lstrip("-").isdigit():
+        value = int(value) if len(value) < 24 else None  # isascii: '١٢' is digits to isdigit(), and int() reads it
+    return value if isinstance(value, int) and INT64_MIN <= value <= INT64_MAX else None
+
+
+def _float(value: Any) -> float | None:
+    """A JSON number as a float; an integer too large for one (10**400) is None, not an OverflowError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
+def _stream_id(value: Any) -> int:
+    """A stream or thread id for the int64 array; -1 where it is not an integer in range."""
+    return value if type(value) is int and INT64_MIN <= value <= INT64_MAX else -1
 
 
 def _comm_args(a: _Args) -> CommArgs:
@@ -228,12 +256,12 @@ class _Sink:
                 gpu_name(idx)
                 gpu_kind(kind)
                 if a is None:
-                    gpu_stream(e.tid if type(e.tid) is int else -1)
+                    gpu_stream(_stream_id(e.tid))
                     gpu_corr(-1)
                     gpu_ext(-1)
                 else:
                     stream = a.stream if a.stream is not None else e.tid
-                    gpu_stream(stream if type(stream) is int else -1)
+                    gpu_stream(_stream_id(stream))
                     gpu_corr(-1 if a.correlation is None else a.correlation)
                     gpu_ext(-1 if a.external_id is None else a.external_id)
                     if a.collective is not None:
@@ -310,12 +338,42 @@ class ByteStream(Protocol):
     def read(self, size: int, /) -> bytes: ...
 
 
-def _open(path: Path) -> io.BufferedIOBase:
+class CappedGzip:
+    """A gzip stream that refuses to give more than ``cap_bytes`` (a decompression bomb ends as a TraceFileError)."""
+
+    def __init__(self, raw: io.BufferedIOBase, path: str, compressed_bytes: int) -> None:
+        self.stream = gzip.GzipFile(fileobj=raw, mode="rb")
+        self.raw = raw
+        self.path = path
+        self.compressed_bytes = compressed_bytes
+        self.cap_bytes = max(MIN_GZIP_CAP_BYTES, MAX_GZIP_RATIO * compressed_bytes)
+        self.given = 0
+
+    def read(self, size: int, /) -> bytes:
+        more = self.stream.read(min(size, self.cap_bytes + 1 - self.given))
+        self.given += len(more)
+        if self.given > self.cap_bytes:
+            raise TraceFileError(
+                f"{self.path}: {self.compressed_bytes} bytes of gzip decompress past {self.cap_bytes >> 20} MiB "
+                f"(over {MAX_GZIP_RATIO}x; profiler traces compress 13x to 20x): a decompression bomb, not a trace",
+                "give the trace as torch.profiler wrote it; the other ranks are still analysed",
+            )
+        return more
+
+    def __enter__(self) -> CappedGzip:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stream.close()
+        self.raw.close()
+
+
+def _open(path: Path, size: int) -> io.BufferedIOBase | CappedGzip:
     raw = path.open("rb")
     magic = raw.read(2)
     raw.seek(0)
     if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw, mode="rb")
+        return CappedGzip(raw, str(path), size)
     return raw
 
 
@@ -353,12 +411,10 @@ class _Reader:
     def skip_ws(self) -> int | None:
         """The next non-blank byte (not consumed), or None at the end."""
         while True:
-            buf, pos = self.buf, self.pos
-            n = len(buf)
-            while pos < n and buf[pos] in b" \t\r\n":
-                pos += 1
-            self.pos = pos
-            if pos < n:
+            buf = self.buf
+            # in C: a stream of blanks (a padded or hostile file) costs no Python loop per byte
+            pos = self.pos = BLANKS.match(buf, self.pos).end()  # type: ignore[union-attr]
+            if pos < len(buf):
                 return buf[pos]
             if not self.fill():
                 return None
@@ -380,6 +436,8 @@ class _Reader:
             text = self.buf[self.pos : self.pos + window].decode("utf-8", errors="ignore")
             try:
                 obj, end = decoder.raw_decode(text)
+            except RecursionError:  # nesting deeper than Python's stack: no trace's top-level value
+                raise TraceFileError(f"{self.path}: JSON nested too deep near byte {self.pos}") from None
             except json.JSONDecodeError as exc:
                 if self.pos + window < len(self.buf):
                     window *= 8
@@ -411,6 +469,10 @@ def _events(r: _Reader, sink: _Sink) -> None:
         first = False
         while not _decode_run(r, sink):
             # no complete event in the buffer: the event is longer than the buffer, or the stream ended
+            if len(r.buf) - r.pos > MAX_EVENT_BYTES:
+                raise TraceFileError(
+                    f"{r.path}: an event runs past {MAX_EVENT_BYTES >> 20} MiB near byte {r.pos}: not a profiler trace"
+                )
             if not r.fill(max(r.chunk_bytes, len(r.buf))):
                 raise TraceFileError(f"{r.path}: the file ends inside traceEvents (truncated)")
 
@@ -439,8 +501,11 @@ def _decode_run(r: _Reader, sink: _Sink) -> bool:
         try:
             events = _EVENTS.decode(b"[" + buf[start : cut + 1] + b"]")
         except msgspec.ValidationError:
-            events = _lenient(buf[start : cut + 1])
-        except msgspec.DecodeError:
+            try:
+                events = _lenient(buf[start : cut + 1])
+            except (msgspec.DecodeError, RecursionError):  # a number out of any range, nesting too deep: one by one
+                return _decode_one(r, sink)
+        except (msgspec.DecodeError, RecursionError):
             end = cut
             tries += 1
             continue
@@ -455,13 +520,13 @@ def _decode_one(r: _Reader, sink: _Sink) -> bool:
     text = r.buf[r.pos :].decode("utf-8", errors="ignore")
     try:
         obj, end = json.JSONDecoder().raw_decode(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
     size = len(text[:end].encode("utf-8"))
     try:
         # the event's own bytes, now that its end is known: msgspec keeps the raw fields (Input Dims …) as they are
         events = [_ONE_EVENT.decode(r.buf[r.pos : r.pos + size])]
-    except msgspec.DecodeError:  # fields of unexpected types (ValidationError is a DecodeError)
+    except (msgspec.DecodeError, RecursionError):  # fields of unexpected types (ValidationError is a DecodeError)
         events = _convert([obj])
     r.pos += size
     sink.add(events)
@@ -487,25 +552,33 @@ def _convert(objs: list[Any]) -> list[_Event]:
             continue
         fields: dict[str, Any] = {k: v for k in ("ph", "cat", "name") if isinstance(v := obj.get(k), str)}
         # a JSON number: int or float, not bool (the decoder makes no other subclass)
-        fields |= {
-            k: float(v) for k in ("ts", "dur") if isinstance(v := obj.get(k), (int, float)) and not isinstance(v, bool)
-        }
+        fields |= {k: f for k in ("ts", "dur") if (f := _float(obj.get(k))) is not None}
         fields |= {k: obj.get(k) for k in ("pid", "tid")}
         args = obj.get("args")
         if isinstance(args, dict):
             kept = {k: v for k, v in args.items() if k not in INT_ARGS and k not in RAW_ARGS}
             kept |= {k: n for k in INT_ARGS if (n := _int(args.get(k))) is not None}
-            kept |= {k: msgspec.Raw(msgspec.json.encode(args[k])) for k in RAW_ARGS if k in args}
+            kept |= {k: _raw(args[k]) for k in RAW_ARGS if k in args}
             fields["args"] = kept
-        out.append(msgspec.convert(fields, _Event, strict=False))
+        try:
+            out.append(msgspec.convert(fields, _Event, strict=False))
+        except msgspec.ValidationError:  # a field beyond what the struct holds: the event is skipped, as a bad one
+            continue
     return out
+
+
+def _raw(value: Any) -> msgspec.Raw:
+    try:
+        return msgspec.Raw(msgspec.json.encode(value))
+    except (msgspec.EncodeError, OverflowError, RecursionError):  # an int beyond 64 bits, nesting too deep
+        return msgspec.Raw(b"")
 
 
 def read_trace(path: Path, op_pattern: re.Pattern[str], chunk_bytes: int = CHUNK_BYTES) -> RankTrace:
     """Read one rank's trace file. Raises TraceFileError when it is unreadable or not a Kineto trace."""
     try:
         size = path.stat().st_size
-        stream = _open(path)
+        stream = _open(path, size)
     except OSError as exc:
         raise TraceFileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     with stream:
