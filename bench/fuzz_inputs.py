@@ -302,6 +302,8 @@ class FakeResponse:
     def __init__(self, status: int, body: bytes) -> None:
         self.status_code = status
         self.reason = "OK" if status == 200 else "Error"
+        self.is_redirect = False
+        self.headers: dict[str, str] = {}
         self._body = body
 
     def json(self) -> object:
@@ -322,16 +324,17 @@ class FakeSession:
     def __init__(self, answers: list[tuple[int, bytes]]) -> None:
         self.answers = answers
         self.calls = 0
+        self.verify = True
 
     def _next(self) -> FakeResponse:
         status, body = self.answers[self.calls % len(self.answers)]
         self.calls += 1
         return FakeResponse(status, body)
 
-    def post(self, url: str, data: object = None, timeout: object = None) -> FakeResponse:
+    def post(self, url: str, data: object = None, timeout: object = None, **options: object) -> FakeResponse:
         return self._next()
 
-    def get(self, url: str, params: object = None, timeout: object = None) -> FakeResponse:
+    def get(self, url: str, params: object = None, timeout: object = None, **options: object) -> FakeResponse:
         return self._next()
 
     def close(self) -> None:
