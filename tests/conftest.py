@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -20,6 +22,25 @@ class CliResult:
     returncode: int
     stdout: str
     stderr: str
+
+
+def run_cli_in_process(*args: str) -> CliResult:
+    """``llmdiag ARGS`` through the console script's entry point (``llmdiag.cli.main``), in this process: the golden
+    set, and tests that need this process's fakes."""
+    from llmdiag.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    argv, sys.argv = sys.argv, ["llmdiag", *args]
+    code: object = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+            except SystemExit as exc:
+                code = exc.code
+    finally:
+        sys.argv = argv
+    return CliResult(int(code or 0), out.getvalue(), err.getvalue())  # type: ignore[call-overload]
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> CliResult:

@@ -126,16 +126,8 @@ class HttpMetricsSource:
 
     def _read_capped(self, resp: requests.Response) -> bytes:
         cap = self.connection.max_metrics_bytes
-        chunks: list[bytes] = []
-        size = 0
         try:
-            for chunk in resp.iter_content(chunk_size=256 * 1024):
-                size += len(chunk)
-                if size > cap:
-                    raise ResponseTooLargeError(
-                        f"{self.display_url} is larger than {format_bytes(cap)}; stopped reading there"
-                    )
-                chunks.append(chunk)
+            body = read_up_to(resp, cap, chunk_bytes=256 * 1024)
         except requests.exceptions.ContentDecodingError:
             raise ConnectError(
                 f"{self.display_url} sent a page that cannot be decoded "
@@ -153,7 +145,9 @@ class HttpMetricsSource:
                 f"{self.display_url} closed the connection mid-page ({type(exc).__name__})",
                 "the server dropped the answer: check its log for a crash or restart, then scan again",
             ) from None
-        return b"".join(chunks)
+        if body is None:
+            raise ResponseTooLargeError(f"{self.display_url} is larger than {format_bytes(cap)}; stopped reading there")
+        return body
 
     def scrape(self) -> Scrape:
         text, at = self.fetch_text()
@@ -229,14 +223,22 @@ def get_small(session: requests.Session, url: str, timeout_seconds: float, max_b
 
 def _read_small(resp: requests.Response, display: str, max_bytes: int) -> SmallAnswer:
     headers = dict(resp.headers.items())
-    chunks: list[bytes] = []
-    size = 0
     try:
-        for chunk in resp.iter_content(chunk_size=64 * 1024):
-            size += len(chunk)
-            if size > max_bytes:
-                return SmallAnswer(resp.status_code, headers, b"", too_large=True)
-            chunks.append(chunk)
+        body = read_up_to(resp, max_bytes, chunk_bytes=64 * 1024)
     except requests.exceptions.RequestException as exc:
         raise ConnectError(f"{display} closed the connection mid-answer ({type(exc).__name__})") from None
-    return SmallAnswer(resp.status_code, headers, b"".join(chunks))
+    if body is None:
+        return SmallAnswer(resp.status_code, headers, b"", too_large=True)
+    return SmallAnswer(resp.status_code, headers, body)
+
+
+def read_up_to(resp: requests.Response, max_bytes: int, chunk_bytes: int) -> bytes | None:
+    """The whole body, or None once it passes ``max_bytes`` (reading stops there); requests' errors go up."""
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in resp.iter_content(chunk_size=chunk_bytes):
+        size += len(chunk)
+        if size > max_bytes:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)

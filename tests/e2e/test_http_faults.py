@@ -7,11 +7,8 @@ runs as a subprocess, as cron runs it."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import socket
-import sys
 import threading
 import time
 
@@ -20,7 +17,7 @@ import pytest
 from llmdiag.client.endpoint import Connection
 from llmdiag.collect.http import HttpMetricsSource
 from llmdiag.errors import ConnectError, ProbeTimeout
-from tests.conftest import CliResult, run_cli
+from tests.conftest import CliResult, run_cli, run_cli_in_process
 from tests.support.hostile import (
     PAGE,
     HostileServer,
@@ -36,21 +33,8 @@ FAST = ("--duration", "2", "--timeout", "3")
 
 
 def cli(*args: str) -> CliResult:
-    """``llmdiag ARGS`` through ``llmdiag.cli.main``, in this process (as the golden set runs it)."""
-    from llmdiag.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    argv, sys.argv = sys.argv, ["llmdiag", *args]
-    code: object = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main()
-            except SystemExit as exc:
-                code = exc.code
-    finally:
-        sys.argv = argv
-    return CliResult(int(code or 0), out.getvalue(), err.getvalue())  # type: ignore[call-overload]
+    """``llmdiag ARGS`` in this process (as the golden set runs it)."""
+    return run_cli_in_process(*args)
 
 
 def one_error(result: CliResult, exit_code: int = 2) -> tuple[str, str]:

@@ -9,13 +9,10 @@ HINT lines. Paths are written relative to markers (``FIXTURES/``, ``SHARED/``) s
 
 from __future__ import annotations
 
-import contextlib
-import io
 import itertools
 import json
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -192,30 +189,20 @@ def _relative(text: str, fixtures: Path) -> str:
 
 def run_in_process(args: tuple[str, ...], fixtures: Path) -> Outcome:
     """``llmdiag ARGS`` through the console script's own entry point, in this process."""
-    from llmdiag.cli import main
+    from tests.conftest import run_cli_in_process
 
-    out, err = io.StringIO(), io.StringIO()
-    argv, sys.argv = sys.argv, ["llmdiag", *args]
-    code: Any = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main()
-            except SystemExit as exc:
-                code = exc.code
-    finally:
-        sys.argv = argv
-    stdout_text = _relative(out.getvalue(), fixtures)
+    ran = run_cli_in_process(*args)
+    stdout_text = _relative(ran.stdout, fixtures)
     try:
         stdout: Any = _strip(json.loads(stdout_text)) if stdout_text.strip() else None
     except json.JSONDecodeError:
         stdout = stdout_text.splitlines()
     stderr = [
         line
-        for line in _relative(err.getvalue(), fixtures).splitlines()
+        for line in _relative(ran.stderr, fixtures).splitlines()
         if line.startswith(("ERROR:", "HINT:", "WARNING:"))
     ]
-    return Outcome(int(code or 0), stdout, stderr)
+    return Outcome(ran.returncode, stdout, stderr)
 
 
 def golden_path(case: Case) -> Path:
