@@ -23,6 +23,7 @@ from llmdiag.collect.exposition import parse_pasted
 from llmdiag.collect.logs import collect_logs
 from llmdiag.collect.trace.analysis import classifier
 from llmdiag.collect.trace.reader import read_trace_stream
+from tests.support.required import SHARED_TRACES, TRACES_ENV, require_tool
 
 SMALL, FACTOR = 2, 8
 TIME_SLACK, MEMORY_SLACK = 2.0, 3.0  # over the linear ratio: noise on a shared 2-core machine, caches, interning
@@ -66,7 +67,7 @@ def _log(copies: int, tmp: Path) -> Path:
 def _trace(copies: int) -> bytes:
     seeds = fuzz_inputs.trace_seeds()
     if not seeds:
-        pytest.skip("../shared/traces is not next to the checkout")
+        require_tool(f"{SHARED_TRACES} holds no trace to start from", TRACES_ENV)  # fails in make test
     head, _, events = seeds[0].partition(b"[")
     body = events.rsplit(b"]", 1)[0].strip()
     return head + b"[" + b",".join([body] * copies) + b"]}"

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from bench import fuzz_inputs
 from llmdiag.errors import LlmdiagError
 from tests.fuzz.conftest import FUZZ
+from tests.support.required import SHARED_TRACES, TRACES_ENV, require_tool
 
 # examples per target: the cheap parsers more, the file-level ones (the catalogue, the whole analyze path) fewer
 EXAMPLES = {"analyze": 30, "trace": 20, "trace-gzip": 20, "prometheus-api": 30, "logs": 40}
@@ -30,7 +31,7 @@ TARGETS = fuzz_inputs.targets()
 def test_a_parser_raises_only_llmdiag_errors(name: str, tmp_path: Path) -> None:
     strategy, call = TARGETS[name]
     if name.startswith("trace") and not fuzz_inputs.trace_seeds():
-        pytest.skip("../shared/traces is not next to the checkout: the trace targets start from a built trace only")
+        require_tool(f"{SHARED_TRACES} holds no trace to start from", TRACES_ENV)  # fails in make test
 
     @settings(FUZZ, max_examples=EXAMPLES.get(name, DEFAULT_EXAMPLES))
     @given(strategy)
