@@ -327,7 +327,10 @@ def _well_formed_row(row: Any) -> bool:
 
 
 def _label_sets(data: Any) -> list[dict[str, str]]:
-    return [labels for labels in data if _label_set(labels)] if isinstance(data, list) else []
+    """/api/v1/series' rows: label sets that name their metric (every series has a ``__name__``)."""
+    if not isinstance(data, list):
+        return []
+    return [labels for labels in data if _label_set(labels) and "__name__" in labels]
 
 
 def _active_targets(data: Any) -> list[dict]:
