@@ -246,6 +246,12 @@ def test_a_history_locked_past_the_busy_timeout_is_unknown_and_keeps_its_rows(tm
 # SIGINT and SIGTERM mid-scan and mid-load
 
 
+def _sigint_at_its_default() -> None:
+    """In the child before it runs: a background job (`make test &`, some CI runners) starts with SIGINT ignored,
+    and Python leaves an ignored SIGINT ignored; a user's Ctrl-C reaches a run in the foreground, at the default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Running:
     """The CLI in its own process group, its stderr read line by line as it comes."""
 
@@ -260,6 +266,7 @@ class Running:
             cwd=REPO_ROOT,
             env=env,
             start_new_session=True,  # its own group: whatever it starts is found by the group id afterwards
+            preexec_fn=_sigint_at_its_default,
         )
         self.lines: list[str] = []
         self.changed = threading.Condition()
@@ -291,12 +298,17 @@ class Running:
             self.changed.wait_for(lambda: "" in self.lines, 10)
         return CliResult(self.proc.returncode, out, "".join(self.lines))
 
-    def group_is_gone(self) -> bool:
-        try:
-            os.killpg(self.proc.pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
+    def group_is_gone(self, within_seconds: float = 10.0) -> bool:
+        """No process is left in the run's group (a child the run stopped may take a moment to be reaped)."""
+        end = time.monotonic() + within_seconds
+        while True:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return True
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.1)
 
 
 def sim_port(line: str) -> int:

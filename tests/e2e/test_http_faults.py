@@ -83,7 +83,11 @@ def test_a_redirect_on_the_same_host_is_followed():
     """vLLM's mounted metrics app answers /metrics with a redirect to /metrics/."""
 
     def to_slash(conn, request):
-        conn.send(b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /metrics/\r\nContent-Length: 0\r\n\r\n")
+        # the scripted server serves one exchange per connection, so it says so (as every handler in hostile.py does):
+        # without it the client may reuse the closing connection for the next hop, a race of the test's own making
+        conn.send(
+            b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /metrics/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
 
     with HostileServer(routes({"/metrics/": serve_page(), "/metrics": to_slash}, status(404))) as server:
         page = HttpMetricsSource(Connection(base_url=server.url, timeout_seconds=3))
