@@ -155,7 +155,11 @@ class OpenAIClient:
         """Send ``plan`` and fill ``result`` in place. Cancelled, it records the result as "cancelled" (with what
         had arrived) and re-raises, so a runner that cancels keeps the result it created."""
         if not self._model_checked:
-            await self._default_model()
+            try:
+                await self._default_model()
+            except asyncio.CancelledError:  # still waiting for the model's name: sent nothing, finished nothing
+                _cancelled(result)
+                raise
         path, body = self._completion(plan)
         request = b"POST %s HTTP/1.1\r\n%sAccept: %s\r\nContent-Length: %d\r\nX-Request-Id: %s\r\n\r\n%s" % (
             path,
@@ -216,9 +220,7 @@ class OpenAIClient:
                 connection.abandon("cancelled", "cancelled before the answer ended")
                 # an answer that had ended as the cancel came: its connection is idle but in no pool that closes it
                 connection.abort()
-            if result.ended_at == 0.0:  # not finished: connecting, or waiting for a slot
-                result.ended_at = _monotonic()
-                result.error_kind, result.error = "cancelled", "cancelled before the answer ended"
+            _cancelled(result)
             raise
         finally:
             if slots is not None:
@@ -358,6 +360,13 @@ class OpenAIClient:
         if names and self.model is None:
             self.model = names[0]
         self._model_checked = True
+
+
+def _cancelled(result: RequestResult) -> None:
+    """A request cancelled before its answer ended (connecting, waiting for a slot or for the model's name)."""
+    if result.ended_at == 0.0:
+        result.ended_at = _monotonic()
+        result.error_kind, result.error = "cancelled", "cancelled before the answer ended"
 
 
 @dataclass(frozen=True)

@@ -420,6 +420,7 @@ class BackgroundLoad:
             self._ready.set()
             self._done.set()
             try:
+                _cancel_what_is_left(loop)
                 loop.run_until_complete(loop.shutdown_asyncgens())
             finally:
                 loop.close()
@@ -463,3 +464,13 @@ class BackgroundLoad:
             else:
                 assert shape.rate_per_second is not None
                 await open_loop(client, shape.rate_per_second, self._plan, seed=shape.seed, **run_options)
+
+
+def _cancel_what_is_left(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks still pending on a load's loop (the model's look-up, shielded from the requests that wait
+    for it) and let them unwind, as ``asyncio.run`` does: a task destroyed pending keeps its connection open."""
+    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))

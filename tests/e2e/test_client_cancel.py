@@ -42,3 +42,35 @@ def test_a_request_cancelled_as_its_answer_ends_closes_its_connection(monkeypatc
 
     with ScriptedServer(lambda path, headers: Reply(status=404, body=b"not found")) as server:
         assert asyncio.run(cancel_as_the_answer_ends(server.url)) == "closed"
+
+
+def test_a_canary_stopped_while_the_model_lookup_hangs_is_unavailable_and_closes_its_connection():
+    """A server that never answers /v1/models: the canary's request waits for the model's name (a look-up shielded
+    from it). Stopped, the request is 'cancelled' (it once counted as 1 ok request with a negative end-to-end time)
+    and the look-up is cancelled with it (it once was left pending on a closed loop, its connection open)."""
+    import time
+
+    import psutil
+
+    from llmdiag.client.endpoint import Connection
+    from llmdiag.collect.canary import Canary
+    from tests.support.hostile import HostileServer, silent
+
+    with HostileServer(silent()) as server:
+        port = int(server.url.rstrip("/").rsplit(":", 1)[1])
+        canary = Canary(Connection(base_url=server.url, timeout_seconds=10), 2.0)
+        canary.start()
+        time.sleep(1.0)
+        outcome = canary.finish()
+        end = time.monotonic() + 5  # the aborted transport closes on the loop's last turns
+        while time.monotonic() < end:
+            mine = psutil.Process().net_connections("tcp")
+            still = [c for c in mine if c.raddr and c.raddr.port == port and c.status == "ESTABLISHED"]
+            if not still:
+                break
+            time.sleep(0.05)
+    from llmdiag.model import SourceInfo
+
+    assert isinstance(outcome, SourceInfo), outcome  # not signals from a request that never ran
+    assert not outcome.ok and "unavailable" in outcome.note, outcome
+    assert still == []
