@@ -6,10 +6,10 @@ the structure of its JSON, and numbers known independently of the model (the loa
 Printed, never asserted: predicted/measured for per-user tokens/s (queue included), queue length and TTFT p50
 (bench/whatif_real.py prints the same table for the README). Runs only with LLMDIAG_VLLM_TESTS=1.
 
-The memory fix reuses test_vllm_states.py's own scan of that state as its "before" when that module ran first in the
-session (it shares the state, the load and the seed), which saves a server start. The fixes that move the batch
-(max_num_seqs, replicas) measure their before with a `llmdiag load` sweep instead: one window holds the batch still,
-and the sweep's levels give the step's slope the prediction needs (its last level is the state's load).
+A fix measures its before with a state test's own scan of that state when that module ran first in the session (it
+shares the state, the load and the seed), which saves a server start. The fixes that move the batch (max_num_seqs,
+kv_pool, replicas) measure their before with a `llmdiag load` sweep instead: one window may hold the batch still, and
+the sweep's levels give the step's slope the prediction needs (its last level is the state's load).
 """
 
 from __future__ import annotations
