@@ -330,6 +330,8 @@ def _bounded(probe: ProbeSpec) -> list[SignalSpec]:
 
 
 def _counter_resets(rec: Recorder) -> str:
+    """Counters and histogram counts that went backwards in the window. resets() drops the metric name, so each
+    name is tagged apart before the sum (series of two names would otherwise collide)."""
     names = []
     for spec in rec.probe.signal:
         if spec.kind == "counter":
@@ -338,9 +340,11 @@ def _counter_resets(rec: Recorder) -> str:
             names += [m + "_count" for m in spec.metrics]
     if not names:
         raise Inexpressible(f"{rec.probe.name} exposes no counter")
-    regex = "|".join(re.escape(n).replace("\\:", ":") for n in sorted(set(names)))
-    selector = "{" + ",".join([f'__name__=~"{regex}"', *([rec.inner] if rec.inner else [])]) + "}"
-    return f"sum by ({rec._by()}) (resets({selector}[{rec.window}]))"
+    parts = [
+        f'label_replace(resets({vector(name, rec.inner)}[{rec.window}]), "{PART_LABEL}", "{escape(name)}", "", "")'
+        for name in sorted(set(names))
+    ]
+    return f"sum by ({rec._by()}) ({' or '.join(parts)})"
 
 
 def _implausible(rec: Recorder) -> str:
