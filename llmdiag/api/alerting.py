@@ -325,6 +325,17 @@ def _comments(exports: list[ServerExport], window: str, for_text: str, slo_tpot_
     return "".join(f"# {line}\n".replace("# \n", "#\n") for line in lines)
 
 
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML, with text of several lines (the fixes) as a literal block: what a person reads in the file."""
+
+
+def _text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+
+
+_Dumper.add_representer(str, _text)
+
+
 def _checked_runbook(template: str) -> str:
     unknown = [name for name in re.findall(r"\{([^}]*)\}", template) if name not in ("code", "slug")]
     if unknown:
@@ -374,5 +385,5 @@ def export_rules(
             "spec": document,
         }
     header = _comments(exports, window_name(window_seconds), for_text, slo_tpot_seconds)
-    body = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=4096, default_flow_style=False)
+    body = yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=4096)
     return header + body
