@@ -21,6 +21,7 @@ compare with check's history).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +49,7 @@ from llmdiag.schema.registry import derived_forms
 from llmdiag.schema.rules import Condition, RuleSpec
 
 SERVERS = ("vllm", "sglang", "tgi", "llamacpp", "trtllm", "triton")
-FORMATS = ("prometheus", "prometheusrule")
+FORMATS = ("prometheus", "prometheusrule", "grafana")
 DEFAULT_WINDOW = "5m"
 DEFAULT_FOR = "2m"
 DEFAULT_RUNBOOK_URL = "docs/rules/{code}-{slug}.md"
@@ -325,6 +326,98 @@ def _comments(exports: list[ServerExport], window: str, for_text: str, slo_tpot_
     return "".join(f"# {line}\n".replace("# \n", "#\n") for line in lines)
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# a Grafana dashboard over the recorded signals
+
+PANEL_WIDTH, PANEL_HEIGHT = 12, 8  # two panels a row on Grafana's 24-column grid
+
+
+def _thresholds(rules: list[RuleSpec]) -> dict[str, Any]:
+    """Grafana's ascending threshold steps from the first rule whose ladder reads the panel's series."""
+    if not rules:
+        return {"mode": "absolute", "steps": [{"color": "green", "value": None}]}
+    ladder = rules[0].severity
+    marks = [("orange", ladder.warning)] + ([("red", ladder.critical)] if ladder.critical is not None else [])
+    if ladder.direction == "above":
+        steps = [{"color": "green", "value": None}] + [{"color": c, "value": v} for c, v in marks]
+    else:  # below: the lowest values are the worst
+        lowest = [{"color": c, "value": v} for c, v in reversed(marks)]
+        steps = [{"color": lowest[0]["color"], "value": None}, *lowest[1:], {"color": "green", "value": ladder.warning}]
+    return {"mode": "absolute", "steps": steps}
+
+
+def _panels(out: ServerExport, first_id: int, top: int) -> list[dict[str, Any]]:
+    rec = out.recorder
+    ladders: dict[tuple[str, str], list[RuleSpec]] = {}
+    for alert in out.alerts:
+        ladders.setdefault((alert.rule.severity.signal, alert.rule.severity.stat), []).append(alert.rule)
+    panels: list[dict[str, Any]] = []
+    for record in rec.rules:
+        _, signal, stat_window = record.split(":")
+        if not stat_window.endswith(rec.window):
+            continue  # a per-evaluation value, read by the window's stats
+        stat = stat_window.removesuffix(rec.window)
+        rules = ladders.get((signal, stat), [])
+        index = len(panels)
+        drawn = f"; thresholds: {rules[0].code} warning/critical" if rules else ""
+        panels.append(
+            {
+                "id": first_id + index,
+                "type": "timeseries",
+                "title": f"{signal} {stat} ({rec.window})",
+                "description": ", ".join(r.code for r in rules) + drawn if rules else "an input of the rules",
+                "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                "gridPos": {
+                    "x": (index % 2) * PANEL_WIDTH,
+                    "y": top + (index // 2) * PANEL_HEIGHT,
+                    "w": PANEL_WIDTH,
+                    "h": PANEL_HEIGHT,
+                },
+                "targets": [{"refId": "A", "expr": rec.read(record), "legendFormat": "{{instance}}"}],
+                "fieldConfig": {
+                    "defaults": {
+                        "thresholds": _thresholds(rules),
+                        "custom": {"thresholdsStyle": {"mode": "line+area" if rules else "off"}},
+                    },
+                    "overrides": [],
+                },
+            }
+        )
+    return panels
+
+
+def _dashboard(exports: list[ServerExport], server: str | None) -> dict[str, Any]:
+    """One panel per recorded signal, a row per server dialect."""
+    panels: list[dict[str, Any]] = []
+    top = 0
+    for out in exports:
+        panels.append(
+            {
+                "id": len(panels) + 1,
+                "type": "row",
+                "title": f"{out.server}",
+                "collapsed": False,
+                "gridPos": {"x": 0, "y": top, "w": 24, "h": 1},
+                "panels": [],
+            }
+        )
+        top += 1
+        mine = _panels(out, len(panels) + 1, top)
+        panels += mine
+        top += ((len(mine) + 1) // 2) * PANEL_HEIGHT
+    return {
+        "title": f"llmdiag: {server}" if server else "llmdiag",
+        "uid": f"llmdiag-{server}" if server else "llmdiag",
+        "tags": ["llmdiag"],
+        "schemaVersion": 39,
+        "time": {"from": "now-1h", "to": "now"},
+        "templating": {
+            "list": [{"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Prometheus"}]
+        },
+        "panels": panels,
+    }
+
+
 class _Dumper(yaml.SafeDumper):
     """Safe YAML, with text of several lines (the fixes) as a literal block: what a person reads in the file."""
 
@@ -356,7 +449,8 @@ def export_rules(
     runbook_url: str = DEFAULT_RUNBOOK_URL,
     slo_tpot_seconds: float = DEFAULT_SLO_TPOT_SECONDS,
 ) -> str:
-    """The rules file (``prometheus``) or a prometheus-operator PrometheusRule (``prometheusrule``), as YAML."""
+    """The rules file (``prometheus``) or a prometheus-operator PrometheusRule (``prometheusrule``), as YAML; or a
+    Grafana dashboard (``grafana``, JSON) of the recorded signals, the rules' thresholds drawn."""
     if format not in FORMATS:
         raise UsageError(f"{option('format')} '{format}' is not an export format", f"one of {', '.join(FORMATS)}")
     if server is not None and server not in SERVERS:
@@ -384,6 +478,8 @@ def export_rules(
             },
             "spec": document,
         }
+    if format == "grafana":
+        return json.dumps(_dashboard(exports, server), indent=1, ensure_ascii=False) + "\n"
     header = _comments(exports, window_name(window_seconds), for_text, slo_tpot_seconds)
     body = yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=4096)
     return header + body

@@ -216,3 +216,21 @@ def test_an_info_label_is_not_expressible() -> None:
     recorder = Recorder(probe=load_probe("vllm"), window_seconds=300)
     with pytest.raises(Exception, match="label"):
         recorder.ref("kv_cache_blocks", "value")
+
+
+def test_grafana_draws_each_ladders_thresholds_on_its_signals_panel() -> None:
+    import json
+
+    dashboard = json.loads(export_rules(server="vllm", format="grafana", window="2m"))
+    panels = {p["title"]: p for p in dashboard["panels"] if p["type"] == "timeseries"}
+    recorded = [name for name in _records(window="2m") if name.endswith("2m")]
+    assert len(panels) == len(recorded)  # one panel per signal the rules read over the window
+    for code in ("MEM001", "SCH004"):
+        rule = find_rule(code)
+        assert rule is not None
+        panel = panels[f"{rule.severity.signal} {rule.severity.stat} (2m)"]
+        steps = [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+        assert steps == [None, rule.severity.warning, rule.severity.critical]
+        assert panel["targets"][0]["expr"] == (
+            f'llmdiag:{rule.severity.signal}:{rule.severity.stat}2m{{llmdiag_server="vllm"}}'
+        )
