@@ -234,3 +234,23 @@ def test_grafana_draws_each_ladders_thresholds_on_its_signals_panel() -> None:
         assert panel["targets"][0]["expr"] == (
             f'llmdiag:{rule.severity.signal}:{rule.severity.stat}2m{{llmdiag_server="vllm"}}'
         )
+
+
+def test_the_settings_overrides_and_mutes_apply_as_in_a_scan() -> None:
+    from llmdiag.config import Mute, RuleOverride, Settings
+
+    settings = Settings(
+        slo_tpot_seconds=0.1,
+        rules={"SCH001": RuleOverride(warning=2.5, critical=7.5)},
+        mute=[Mute(code="SCH012", reason="the router queues on purpose")],
+    )
+    conditions = _conditions(settings=settings)
+    assert 'llmdiag:requests_waiting_avg:value5m{llmdiag_server="vllm"} >= 2.5' in conditions["SCH001"]
+    assert "SCH012" not in conditions
+    alerts = _alerts(settings=settings)
+    assert "< 7.5)" in alerts[("SCH001", "warning")]["expr"] and ">= 7.5)" in alerts[("SCH001", "critical")]["expr"]
+    assert "#   SCH012: muted in the settings: the router queues on purpose" in export_rules(
+        server="vllm", settings=settings
+    )
+    assert "/ 0.1" in _records(settings=settings)["llmdiag:itl_mean_over_slo_tpot_ratio:value5m"]
+    assert "/ 0.2" in _records(settings=settings, slo_tpot_seconds=0.2)["llmdiag:itl_mean_over_slo_tpot_ratio:value5m"]
