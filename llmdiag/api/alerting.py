@@ -475,7 +475,7 @@ def export_rules(
         raise UsageError(f"{option('server')} '{server}' is not a server llmdiag knows", f"one of {', '.join(SERVERS)}")
     inner = selector_matchers(selector)
     window_seconds = parse_duration(window, option("window"))
-    for_seconds = parse_duration(for_duration, option("for_duration"))
+    for_seconds = parse_duration(for_duration, option("for_duration"), zero=True)  # 0s: fire at once
     settings = settings or Settings()
     if slo_tpot_seconds is not None:
         if not 0 < slo_tpot_seconds < float("inf"):

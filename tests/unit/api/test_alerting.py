@@ -196,7 +196,8 @@ def test_label_values_and_text_are_escaped_yaml() -> None:
         ({"selector": '{job="vllm"'}, "selector"),
         ({"selector": "job=vllm"}, "selector"),
         ({"window": "5 minutes"}, "window"),
-        ({"for_duration": "0s"}, "for_duration"),
+        ({"for_duration": "-1s"}, "for_duration"),
+        ({"window": "0s"}, "window"),
         ({"format": "json"}, "format"),
         ({"runbook_url": "https://x/{rule}"}, "runbook_url"),
     ],
@@ -209,7 +210,9 @@ def test_bad_input_is_a_usage_error_naming_the_option(kwargs: dict, names: str) 
 
 def test_window_names() -> None:
     assert window_name(parse_duration("5m")) == "5m"
-    assert window_name(90) == "90s" and window_name(3600) == "1h"
+    assert window_name(90) == "90s" and window_name(3600) == "1h" and window_name(0) == "0s"
+    alerts = _alerts(for_duration="0s")
+    assert alerts[("MEM001", "warning")]["for"] == "0s"
 
 
 def test_an_info_label_is_not_expressible() -> None:
