@@ -203,6 +203,15 @@ class Recorder:
             if fixed.value is None:
                 raise Inexpressible(f"{signal}: {fixed.reason}")
             return number(fixed.value)
+        estimate = next((e for e in self.probe.estimate if e.name == signal), None)
+        if estimate is not None:
+            if stat not in estimate.promql:
+                raise Inexpressible(f"{signal}: {self.probe.name}'s estimate gives no {stat}")
+            record = self._name(signal, stat)
+            if record in self.rules:
+                return self.read(record)
+            expr, inputs = self._fill(estimate.promql[stat])
+            return self._keep(record, expr, inputs)
         if signal in SANITY_COUNTS:
             return self._keep(self._name(signal, stat), SANITY_COUNTS[signal](self), frozenset(self._sanity(signal)))
         form = self.derived.get(signal)

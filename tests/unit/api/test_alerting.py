@@ -257,3 +257,14 @@ def test_the_settings_overrides_and_mutes_apply_as_in_a_scan() -> None:
     )
     assert "/ 0.1" in _records(settings=settings)["llmdiag:itl_mean_over_slo_tpot_ratio:value5m"]
     assert "/ 0.2" in _records(settings=settings, slo_tpot_seconds=0.2)["llmdiag:itl_mean_over_slo_tpot_ratio:value5m"]
+
+
+def test_a_probes_estimate_stands_in_for_a_signal_its_page_lacks() -> None:
+    spec = load_probe("trtllm")
+    assert "preemptions_per_second" not in {s.name for s in spec.signal}  # the page has no preemption counter
+    rate = _records("trtllm")["llmdiag:preemptions_per_second:rate5m"]
+    assert rate == (
+        'llmdiag:requests_paused:mean5m{llmdiag_server="trtllm"} / '
+        '(llmdiag:iteration_latency_seconds:mean5m{llmdiag_server="trtllm"} > 0)'
+    )
+    assert "SCH001" in _conditions("trtllm")  # its gate reads the estimate
