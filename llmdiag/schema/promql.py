@@ -39,6 +39,7 @@ RECORD_PREFIX = "llmdiag"
 PART_LABEL = "llmdiag_part"  # tells the members of a max-of-estimates apart for one `max without`
 QUANTILE_STATS = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 GAUGE_OVER_TIME = {"last": "last_over_time", "mean": "avg_over_time", "min": "min_over_time", "max": "max_over_time"}
+COUNTER_STATS = ("rate", "increase")
 AGGREGATE_OP = {"sum": "sum", "mean": "avg", "max": "max", "min": "min"}
 # a derived form's references: {signal.stat}, and the window's length in seconds
 REF_RE = re.compile(r"\{([a-z][a-z0-9_]*)\.([a-z0-9_]+)\}")
@@ -234,6 +235,9 @@ class Recorder:
         if spec.kind == "info":
             raise Inexpressible(f"{spec.name} is a label's value ({spec.label}), which PromQL cannot read as a number")
         inputs = frozenset({spec.name})
+        if spec.kind == "gauge" and spec.monotonic and stat in COUNTER_STATS:  # a count kept in a gauge
+            expr = self._alternatives(spec, lambda wire: self._counter(spec, wire, stat))
+            return self._keep(self._name(spec.name, stat), expr, inputs)
         if spec.kind == "gauge":
             if stat not in GAUGE_OVER_TIME and stat != "p90":
                 raise Inexpressible(f"{spec.name} is a gauge, with no {stat}")

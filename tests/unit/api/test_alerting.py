@@ -268,3 +268,18 @@ def test_a_probes_estimate_stands_in_for_a_signal_its_page_lacks() -> None:
         '(llmdiag:iteration_latency_seconds:mean5m{llmdiag_server="trtllm"} > 0)'
     )
     assert "SCH001" in _conditions("trtllm")  # its gate reads the estimate
+
+
+def test_a_monotonic_gauge_is_read_as_a_count_only_in_promql_forms() -> None:
+    counter = next(s for s in load_probe("triton").signal if s.name == "iteration_counter")
+    assert counter.kind == "gauge" and counter.monotonic  # the scan reads it as a gauge
+    records = _records("triton")
+    assert (
+        'rate(nv_trt_llm_general_metrics{general_type="iteration_counter"}[5m])'
+        in records["llmdiag:iteration_counter:rate5m"]
+    )
+    assert (
+        records["llmdiag:itl_seconds:mean5m"] == '1 / (llmdiag:iteration_counter:rate5m{llmdiag_server="triton"} > 0)'
+    )
+    with pytest.raises(Exception, match="no rate"):
+        Recorder(probe=load_probe("vllm"), window_seconds=300).ref("requests_running", "rate")
