@@ -83,12 +83,20 @@ def selector_matchers(selector: str | None) -> str:
             )
         inner = inner[1:-1]
     inner = inner.strip().strip(",")
-    if inner and not re.match(r"^\s*[A-Za-z_][A-Za-z0-9_]*\s*(=~|!~|!=|=)\s*\"", inner):
+    if inner and not MATCHER_LIST_RE.fullmatch(inner):
         raise UsageError(
             f"{option('selector')} '{selector}' is not a label matcher list",
             f'e.g. {option("selector")} \'{{job="vllm",namespace="prod"}}\'',
         )
     return inner
+
+
+# label="value" (=, !=, =~, !~; a "double" or 'single' quoted string with backslash escapes, or a `raw` one),
+# comma-separated: all of the braces' inside, so a bad matcher is refused here, not by Prometheus (a 400 for a
+# query, an invalid rule file for an export)
+_STRING = r'(?:"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|`[^`]*`)'
+_MATCHER = rf"\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*{_STRING}\s*"
+MATCHER_LIST_RE = re.compile(f"{_MATCHER}(?:,{_MATCHER})*")
 
 
 def escape(value: str) -> str:
