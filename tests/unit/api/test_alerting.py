@@ -283,3 +283,15 @@ def test_a_monotonic_gauge_is_read_as_a_count_only_in_promql_forms() -> None:
     )
     with pytest.raises(Exception, match="no rate"):
         Recorder(probe=load_probe("vllm"), window_seconds=300).ref("requests_running", "rate")
+
+
+@pytest.mark.parametrize("server", alerting.SERVERS)
+def test_every_rule_is_exported_or_listed_with_its_reason(server: str) -> None:
+    from llmdiag.schema.loader import load_rules
+
+    text = export_rules(server=server)
+    exported = {code for code, _ in _alerts(server)}
+    listed = dict(re.findall(r"^#   ([A-Z]{3}\d{3}): (.+)$", text, re.M))
+    codes = {r.code for r in load_rules() if r.status != "deprecated"}
+    assert exported | set(listed) == codes and not exported & set(listed)
+    assert all(len(why) > 10 for why in listed.values())
