@@ -66,7 +66,7 @@ ELSEWHERE = {
     "trtllm-records": "TensorRT-LLM's JSON iteration records, not in Prometheus",
     "probe:nvml": "NVML on the GPU host, not in Prometheus",
     "probe:host": "the host's own counters (/proc), not in Prometheus",
-    "probe:dcgm": "DCGM series, which a scan joins to the server by host name: a rule has no such join",
+    "probe:dcgm": "DCGM, which this export does not join to the server",
     "nccl-log": "an NCCL debug log, not in Prometheus",
     "nccl-tests": "nccl-tests' output, not in Prometheus",
     "nvidia-smi": "pasted nvidia-smi output, not in Prometheus",
@@ -200,6 +200,7 @@ def _build_server(server: str, *, inner: str, window_seconds: float, settings: S
         derived=derived_forms(load_signal_registry()),
         constants={"slo_tpot_seconds": slo_tpot_seconds},
         elsewhere=_elsewhere,
+        telemetry=load_probe("dcgm"),
     )
     out = ServerExport(server=server, recorder=recorder)
     rules = [r for r in load_rules() if r.status != "deprecated"]
