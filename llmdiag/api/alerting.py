@@ -14,9 +14,10 @@ alert per rule code and severity). An alert's expression is its rule, as the sca
 - ``unless`` the condition of every class whose cause explains its class (llmdiag.engine.causes.CAUSES, the graph
   the verdict uses), and of every stall rule: the cause pages, its symptoms do not.
 
-Left out, and said so in the file's comments: rules whose inputs never reach Prometheus (canaries, NVML, host,
-traces, logs, baselines), fleet-scope rules (they compare replicas: ``llmdiag fleet``), and regression rules (they
-compare with check's history).
+DCGM's gauges are joined to each server target (by pod, else by host). Left out, and said so in the file's comments:
+rules whose inputs never reach Prometheus (canaries, NVML, host, traces, logs, baselines) or need a per-GPU figure,
+fleet-scope rules (they compare replicas: ``llmdiag fleet``), and regression rules (they compare with check's
+history).
 """
 
 from __future__ import annotations

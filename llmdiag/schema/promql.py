@@ -15,6 +15,8 @@ recording rules that make it:
 - a derived signal (probes/signals.toml) by its ``promql`` form, written over other signals' ``{signal.stat}``
   (and ``{window_seconds}``): a string, or a list whose largest expressible member is taken (the scan's
   max-of-estimates); or ``promql_unavailable``, the reason it has none;
+- a probe's ``[[estimate]]``: a signal its page gives only indirectly, as the scan estimates it;
+- DCGM's gauges, joined to each server target by pod, else by host (``telemetry``);
 - the collector's sanity counts (counter resets, implausible gauge samples) from the probe's own names.
 
 Every recorded series keeps the instance labels and gets ``llmdiag_server`` (a rule label), and every read of a
