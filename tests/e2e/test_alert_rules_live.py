@@ -58,6 +58,9 @@ WINDOW_SECONDS, FOR_SECONDS = 10, 5
 SCAN_SECONDS = 10
 # after the first scrape: the window fills, the recording group then the alerting group evaluate, the for: passes
 SETTLE_SECONDS = WINDOW_SECONDS + FOR_SECONDS + 6
+# the closed loops' users all arrive at once: Prometheus starts once their first burst has passed
+WARMUP_SECONDS = 3.0
+SCAN_START_SECONDS = 3  # a scan's own start (interpreter, detection) before its window opens
 READINGS = 3  # /api/v1/alerts read this many times, a second apart: an alert firing at any of them counts
 FULL_PARITY = ("vllm", "sglang", "trtllm", "triton")
 PARTIAL = ("tgi", "llamacpp")
@@ -108,16 +111,21 @@ class Row:
     scan_codes: list[str] = field(default_factory=list)
     primary: str | None = None
     firing: set[tuple[str, str]] = field(default_factory=set)  # (code, severity) of this server's alerts
+    pending: set[tuple[str, str]] = field(default_factory=set)  # pending at every reading: shown, not judged
     foreign: set[str] = field(default_factory=set)  # alerts of another server's rules on this target
     verdict: str = "?"  # agree | DISAGREE | not expressible (...)
 
     def cells(self) -> list[str]:
-        alerts = ", ".join(f"{c}/{s}" for c, s in sorted(self.firing)) or "-"
-        return [self.preset, self.dialect, f"{self.primary or '-'} ({self.bottleneck})", alerts, self.verdict]
+        alerts = ", ".join(
+            [f"{c}/{s}" for c, s in sorted(self.firing)] + [f"{c}/{s} (pending)" for c, s in sorted(self.pending)]
+        )
+        scan = ", ".join(self.scan_codes) or "-"
+        primary = f"{self.primary or '-'} ({self.bottleneck})"
+        return [self.preset, self.dialect, primary, scan, alerts or "-", self.verdict]
 
 
 def table(rows: list[Row]) -> str:
-    head = ["preset", "dialect", "scan primary (class)", "alerts firing", "agree"]
+    head = ["preset", "dialect", "scan primary (class)", "scan findings", "alerts firing", "agree"]
     cells = [head, *[r.cells() for r in rows]]
     widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
     return "\n".join("  ".join(c[i].ljust(widths[i]) for i in range(len(head))) for c in cells)
@@ -147,10 +155,19 @@ def alert_codes(prom: prometheus_server.PrometheusServer, server: str) -> set[st
     }
 
 
-def inexpressible(path: Path, server: str) -> list[str]:
-    """The export's comment lines that say what it cannot express (for ``server``, or for every server)."""
-    lines = [line.strip() for line in path.read_text().splitlines() if line.strip().startswith("#")]
-    return [line for line in lines if re.search(r"not expressible|never reach", line, re.I)]
+def not_exported(path: Path, server: str) -> dict[str, str]:
+    """What the export's header says it does not export for ``server``, and why: its ``# SERVER: not exported:``
+    list (``#   CODE: reason`` lines)."""
+    reasons: dict[str, str] = {}
+    inside = False
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        if line.startswith("# ") and line.rstrip().endswith("not exported:"):
+            inside = line == f"# {server}: not exported:"
+        elif inside and (found := re.match(r"#\s+([A-Z]{3}\d{3}):\s*(.*)$", line)):
+            reasons[found[1]] = found[2]
+    return reasons
 
 
 def start_scans(dialect: str, urls: dict[str, str]) -> dict[str, subprocess.Popen[str]]:
@@ -171,29 +188,43 @@ def start_scans(dialect: str, urls: dict[str, str]) -> dict[str, subprocess.Pope
     }
 
 
-def read_firing(prom: prometheus_server.PrometheusServer) -> list[dict]:
-    """Every alert firing at any of ``READINGS`` readings of /api/v1/alerts, a second apart (by label set)."""
+def read_alerts(prom: prometheus_server.PrometheusServer) -> list[dict]:
+    """Every alert seen in ``READINGS`` readings of /api/v1/alerts, a second apart (by label set): firing if it fired
+    at any of them, else pending (shown in the table, not judged)."""
     seen: dict[str, dict] = {}
     for i in range(READINGS):
         for alert in prom.alerts():
-            if alert["state"] == "firing":
-                seen[json.dumps(alert["labels"], sort_keys=True)] = alert
+            key = json.dumps(alert["labels"], sort_keys=True)
+            if alert["state"] == "firing" or key not in seen:
+                seen[key] = alert
         if i + 1 < READINGS:
             time.sleep(1)
     return list(seen.values())
 
 
-def judge(row: Row, server: str, exported_codes: set[str], partial: bool) -> None:
+def judge(row: Row, server: str, exported_codes: set[str], reasons: dict[str, str]) -> None:
+    """Sets ``row.verdict``: agree, agree through a stand-in (the firing alert's rule has ``instead_of`` the scan's
+    primary, which the export could not express: the scan's own rule for where that rule cannot judge), not exported
+    (the scan's primary has no alert for this server: nothing to compare), or DISAGREE."""
+    specs = _specs()
     tops = primary_alert_codes(sorted(row.firing))
-    sanity_ok = all(c in row.scan_codes for c, _ in row.firing if c.startswith("SAN"))
-    capacity_firing = {c for c, _ in row.firing if not c.startswith("SAN")}
+    sanity_ok = all(c in row.scan_codes for c, _ in row.firing if c.startswith("SAN")) and not row.foreign
     if row.primary is None:
-        ok = not capacity_firing and sanity_ok and not row.foreign
-    elif partial and row.primary not in exported_codes:
-        row.verdict = f"not expressible ({row.primary} has no {server} alert)"
-        return
+        ok = sanity_ok and not {c for c, _ in row.firing if not c.startswith("SAN")}
+    elif row.primary in exported_codes:
+        ok = sanity_ok and row.primary in tops
     else:
-        ok = row.primary in tops and sanity_ok and not row.foreign
+        gap = f"{row.primary} not exported for {server}: {reasons.get(row.primary, 'no alerting rule')}"
+        stand_ins = sorted(c for c in tops if specs[c].instead_of == row.primary)
+        others = {specs[c].category for c in tops} - {specs[row.primary].category}
+        if sanity_ok and stand_ins:
+            row.verdict = f"agree ({', '.join(stand_ins)} stands in: {gap})"
+        elif sanity_ok and not others:
+            same = f"; alerts of its class: {', '.join(sorted(tops))}" if tops else ""
+            row.verdict = f"not exported ({gap}){same}"
+        else:
+            row.verdict = f"DISAGREE ({gap})"
+        return
     row.verdict = "agree" if ok else "DISAGREE"
 
 
@@ -212,6 +243,7 @@ def run_dialect(dialect: str, rules: Path) -> Run:
         am = None
         if dialect == "vllm" and alertmanager_server.missing() is None:
             am = stack.enter_context(alertmanager_server.AlertmanagerServer())
+        time.sleep(WARMUP_SECONDS)
         groups: dict[str, list[prometheus_server.Target]] = {
             f"{dialect}-{p}": [(s.url + path, {"pod": f"{dialect}-{p}", "namespace": "llm"})] for p, s in sims.items()
         }
@@ -220,11 +252,13 @@ def run_dialect(dialect: str, rules: Path) -> Run:
                 groups, rule_files=[rules], alertmanagers=[am.address] if am is not None else []
             )
         )
-        scans = start_scans(dialect, {p: s.url for p, s in sims.items()})
         started = time.monotonic()
         exported_codes = alert_codes(prom, server)
+        # the scans' windows end as the alerts are read: both judge the same seconds, past the loads' first burst
+        time.sleep(max(0.0, SETTLE_SECONDS - SCAN_SECONDS - SCAN_START_SECONDS - (time.monotonic() - started)))
+        scans = start_scans(dialect, {p: s.url for p, s in sims.items()})
         time.sleep(max(0.0, SETTLE_SECONDS - (time.monotonic() - started)))
-        firing = read_firing(prom)
+        alerts = read_alerts(prom)
         rows = []
         for preset, proc in scans.items():
             out, err = proc.communicate(timeout=120)
@@ -232,15 +266,17 @@ def run_dialect(dialect: str, rules: Path) -> Run:
             verdict = json.loads(out)
             row = Row(dialect, preset, verdict["bottleneck"], [f["code"] for f in verdict["findings"]])
             row.primary = scan_primary(verdict)
-            for alert in firing:
+            for alert in alerts:
                 labels = alert["labels"]
                 if labels.get("pod", labels.get("job")) != f"{dialect}-{preset}":
                     continue
-                if labels.get("llmdiag_server") == server:
+                if alert["state"] != "firing":
+                    row.pending.add((labels["code"], labels["severity"]))
+                elif labels.get("llmdiag_server") == server:
                     row.firing.add((labels["code"], labels["severity"]))
                 else:
                     row.foreign.add(f"{labels.get('llmdiag_server')}:{labels.get('code')}")
-            judge(row, server, exported_codes, dialect in PARTIAL)
+            judge(row, server, exported_codes, not_exported(rules, server))
             rows.append(row)
         example = None
         if am is not None:
@@ -253,12 +289,14 @@ def run_dialect(dialect: str, rules: Path) -> Run:
 def write_example(alert: dict, path: Path) -> None:
     """The alert as Alertmanager showed it, volatile fields dropped, with where it came from."""
     kept = {k: v for k, v in alert.items() if k not in VOLATILE}
+    resolved = path.resolve()
+    shown = resolved.relative_to(REPO_ROOT) if resolved.is_relative_to(REPO_ROOT) else path
     prom_version = subprocess.run(
         [prometheus_server.BINARY, "--version"], capture_output=True, text=True, check=False
     ).stdout.splitlines()[0]
     doc = {
         "provenance": {
-            "command": f"{EXAMPLE_ENV}={path.name} pytest tests/e2e/test_alert_rules_live.py -k vllm",
+            "command": f"{EXAMPLE_ENV}={shown} pytest tests/e2e/test_alert_rules_live.py -k vllm",
             "source": "GET /api/v2/alerts of a real Alertmanager, one alert of the list, verbatim",
             "exported_with": f"llmdiag rules export --format prometheus --window {WINDOW} --for {FOR}",
             "target": "the built-in simulator, preset memory, vLLM dialect, scraped every second",
@@ -281,11 +319,12 @@ def test_alerts_agree_with_scan(dialect: str, exported: Path) -> None:
     server = dialect  # a dialect is named as the export's --server names its server
     print(f"\n{dialect}: alert codes exported for {server}: {', '.join(sorted(run.exported_codes)) or 'none'}")
     print(table(run.rows))
-    if dialect in PARTIAL:
-        for line in inexpressible(exported, server):
-            print(f"  export says: {line}")
+    gaps = [r for r in run.rows if r.verdict.startswith("not exported")]  # checked last: an xfail with the reason
+    if dialect in PARTIAL or gaps:
+        for code, why_not in not_exported(exported, server).items():
+            print(f"  not exported for {server}: {code}: {why_not}")
     assert run.exported_codes, f"no alerting rule loaded for {server}"
-    assert all(r.verdict != "DISAGREE" for r in run.rows), table(run.rows)
+    assert not [r for r in run.rows if r.verdict.startswith("DISAGREE")], table(run.rows)
     healthy = next(r for r in run.rows if r.preset == "healthy")
     assert healthy.primary is None, f"the scan of the healthy preset found {healthy.scan_codes}"
     if run.example is not None:
@@ -296,6 +335,8 @@ def test_alerts_agree_with_scan(dialect: str, exported: Path) -> None:
         assert "MEM001" in run.example["annotations"]["runbook_url"]
         if os.environ.get(EXAMPLE_ENV):
             write_example(run.example, Path(os.environ[EXAMPLE_ENV]))
+    if gaps and dialect in FULL_PARITY:  # every other row agreed (asserted above); these have no alert to compare
+        pytest.xfail("; ".join(f"{r.preset}: {r.verdict}" for r in gaps))
 
 
 def test_fleet_bench_runs_at_a_tiny_scale(tmp_path: Path) -> None:
