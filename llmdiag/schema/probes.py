@@ -85,6 +85,16 @@ class ByDesignSpec(_Strict):
         return self
 
 
+class EstimateSpec(_Strict):
+    """A signal this page gives only indirectly, estimated from the probe's own signals as the scan estimates it
+    (e.g. llmdiag.collect.servers.trtllm.finish_prometheus_signals): its PromQL per stat, over ``{signal.stat}`` and
+    ``{window_seconds}`` (llmdiag.schema.promql), for the rule export. ``help`` says the estimate and its bias."""
+
+    name: str
+    promql: dict[str, str] = Field(min_length=1)
+    help: str = Field(min_length=1)
+
+
 class DetectJsonSpec(_Strict):
     """Detection by an endpoint of the server's own: GET ``path`` answers a JSON object with ``key`` (whose value
     contains ``contains``, when given)."""
@@ -122,6 +132,7 @@ class ProbeSpec(_Strict):
     # caveats about this server's metrics, shown with the probe in the coverage
     notes: list[str] = Field(default_factory=list)
     by_design: list[ByDesignSpec] = Field(default_factory=list)
+    estimate: list[EstimateSpec] = Field(default_factory=list)
     signal: list[SignalSpec]
 
     @field_validator("signal")
@@ -138,4 +149,7 @@ class ProbeSpec(_Strict):
         both = {s.name for s in self.signal} & {b.name for b in self.by_design}
         if both:
             raise ValueError(f"signals both measured and fixed by design: {sorted(both)}")
+        estimated = {e.name for e in self.estimate} & ({s.name for s in self.signal} | {b.name for b in self.by_design})
+        if estimated:
+            raise ValueError(f"signals both measured (or fixed) and estimated: {sorted(estimated)}")
         return self

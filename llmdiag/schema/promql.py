@@ -54,8 +54,8 @@ UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w"
 DURATION_HINT = "e.g. 90s, 5m, 1h30m"
 
 
-def parse_duration(text: str, what: str = "duration") -> float:
-    """'90s', '5m', '1h30m', '500ms', or plain seconds."""
+def parse_duration(text: str, what: str = "duration", zero: bool = False) -> float:
+    """'90s', '5m', '1h30m', '500ms', or plain seconds; positive, or 0 too where ``zero`` allows it."""
     raw = text.strip()
     try:
         value = float(raw)
@@ -64,8 +64,8 @@ def parse_duration(text: str, what: str = "duration") -> float:
         if not pieces or "".join(n + u for n, u in pieces) != raw:
             raise UsageError(f"{what} '{text}' is not a duration", DURATION_HINT) from None
         value = sum(float(n) * UNIT_SECONDS[u] for n, u in pieces)
-    if not value > 0 or value == float("inf"):
-        raise UsageError(f"{what} '{text}' must be positive", DURATION_HINT)
+    if not (value > 0 or (zero and value == 0)) or value == float("inf"):
+        raise UsageError(f"{what} '{text}' must be {'0 or more' if zero else 'positive'}", DURATION_HINT)
     return value
 
 
@@ -111,6 +111,8 @@ def duration(seconds: float) -> str:
 def window_name(seconds: float) -> str:
     """A window as it appears in recording names: 5m, 90s, 1h."""
     whole = int(round(seconds))
+    if seconds == 0:
+        return "0s"
     if abs(seconds - whole) > 1e-9 or whole <= 0:
         return duration(seconds)
     for unit, size in (("h", 3600), ("m", 60)):
@@ -201,6 +203,15 @@ class Recorder:
             if fixed.value is None:
                 raise Inexpressible(f"{signal}: {fixed.reason}")
             return number(fixed.value)
+        estimate = next((e for e in self.probe.estimate if e.name == signal), None)
+        if estimate is not None:
+            if stat not in estimate.promql:
+                raise Inexpressible(f"{signal}: {self.probe.name}'s estimate gives no {stat}")
+            record = self._name(signal, stat)
+            if record in self.rules:
+                return self.read(record)
+            expr, inputs = self._fill(estimate.promql[stat])
+            return self._keep(record, expr, inputs)
         if signal in SANITY_COUNTS:
             return self._keep(self._name(signal, stat), SANITY_COUNTS[signal](self), frozenset(self._sanity(signal)))
         form = self.derived.get(signal)
@@ -330,6 +341,8 @@ def _bounded(probe: ProbeSpec) -> list[SignalSpec]:
 
 
 def _counter_resets(rec: Recorder) -> str:
+    """Counters and histogram counts that went backwards in the window. resets() drops the metric name, so each
+    name is tagged apart before the sum (series of two names would otherwise collide)."""
     names = []
     for spec in rec.probe.signal:
         if spec.kind == "counter":
@@ -338,9 +351,11 @@ def _counter_resets(rec: Recorder) -> str:
             names += [m + "_count" for m in spec.metrics]
     if not names:
         raise Inexpressible(f"{rec.probe.name} exposes no counter")
-    regex = "|".join(re.escape(n).replace("\\:", ":") for n in sorted(set(names)))
-    selector = "{" + ",".join([f'__name__=~"{regex}"', *([rec.inner] if rec.inner else [])]) + "}"
-    return f"sum by ({rec._by()}) (resets({selector}[{rec.window}]))"
+    parts = [
+        f'label_replace(resets({vector(name, rec.inner)}[{rec.window}]), "{PART_LABEL}", "{escape(name)}", "", "")'
+        for name in sorted(set(names))
+    ]
+    return f"sum by ({rec._by()}) ({' or '.join(parts)})"
 
 
 def _implausible(rec: Recorder) -> str:

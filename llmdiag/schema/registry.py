@@ -208,7 +208,8 @@ def _log_declarations(logs: LogSpec) -> list[DeclaredSignal]:
 def build_registry(code: SignalCatalogue, probes: Iterable[ProbeSpec], logs: LogSpec) -> SignalRegistry:
     """One registry of the three declarations; RuleSpecError where one name is given two units."""
     declared = list(code.signal) + _log_declarations(logs)
-    for spec in probes:
+    probe_specs = list(probes)
+    for spec in probe_specs:
         declared += _probe_declarations(spec)
     units: dict[str, DeclaredSignal] = {}
     for item in declared:
@@ -220,6 +221,15 @@ def build_registry(code: SignalCatalogue, probes: Iterable[ProbeSpec], logs: Log
                 f"{item.producer} makes it in {item.unit!r}, {first.producer} in {first.unit!r}: one unit per name",
             )
     registry = SignalRegistry(declared=tuple(declared), producers=tuple(code.producer))
+    for spec in probe_specs:
+        for estimate in spec.estimate:
+            for stat, text in estimate.promql.items():
+                where = f"probes/{spec.name}.toml", f"estimate.{estimate.name}.{stat}"
+                why = registry.ref_problem(estimate.name, stat) or next(
+                    (f"{{{n}.{st}}}: {p}" for n, st in refs_of(text) if (p := registry.ref_problem(n, st))), None
+                )
+                if why:
+                    raise RuleSpecError(where[0], where[1], why)
     for item in code.signal:
         if item.producer == "derived" and not (item.promql or item.promql_unavailable):
             why_not = "a derived signal needs promql, or promql_unavailable (why not)"
