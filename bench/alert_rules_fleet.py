@@ -13,7 +13,8 @@ for ``--readings`` seconds. Printed per llmdiag group: its rules, its interval
 (``prometheus_rule_group_interval_seconds``), the longest and the last evaluation seen
 (``prometheus_rule_group_last_duration_seconds``), the evaluations done and missed
 (``prometheus_rule_group_iterations_total``, ``..._iterations_missed_total``), and whether it evaluates within one
-interval (the longest evaluation seen below the interval, none missed). Prints, asserts nothing, exits 0 like the
+interval (the longest evaluation seen below the interval, none missed); and its three slowest rules at the last
+evaluation (/api/v1/rules' evaluationTime). Prints, asserts nothing, exits 0 like the
 other benches (tests/e2e/test_alert_rules_live.py runs it at 3 targets and asserts the figures are there).
 
     .venv/bin/python bench/alert_rules_fleet.py                 # 50 targets, 5 simulators, 1 s interval
@@ -73,6 +74,24 @@ def group_figures(text: str) -> dict[str, dict[str, float]]:
     return figures
 
 
+def slowest_rules(prom_url: str, count: int = 3) -> dict[str, list[tuple[str, float]]]:
+    """Per llmdiag group, its ``count`` slowest rules at their last evaluation (/api/v1/rules' evaluationTime)."""
+    with urllib.request.urlopen(f"{prom_url}/api/v1/rules", timeout=10) as response:
+        groups = json.loads(response.read())["data"]["groups"]
+    slowest = {}
+    for group in groups:
+        if group["name"].startswith("llmdiag-"):
+            timed = [
+                (
+                    r.get("name", "") + (f"{{code={r['labels']['code']}}}" if "code" in r.get("labels", {}) else ""),
+                    float(r.get("evaluationTime", 0.0)),
+                )
+                for r in group["rules"]
+            ]
+            slowest[group["name"]] = sorted(timed, key=lambda t: -t[1])[:count]
+    return slowest
+
+
 def export(server: str, window: str, for_: str, path: Path) -> None:
     """`llmdiag rules export` for ``server``, as a user runs it."""
     cmd = [sys.executable, "-m", "llmdiag", "rules", "export", "--format", "prometheus", "--server", server]
@@ -115,6 +134,7 @@ def measure(args: argparse.Namespace) -> dict:
             readings.append(group_figures(pages[-1]))
             time.sleep(args.interval)
         up = prom.query("count(up == 1)")
+        slowest = slowest_rules(prom.url)
     groups: dict[str, dict] = {}
     for name in sorted({g for r in readings for g in r}):
         seen = [r[name] for r in readings if name in r]
@@ -130,6 +150,7 @@ def measure(args: argparse.Namespace) -> dict:
             "iterations": int(last.get("prometheus_rule_group_iterations_total", 0)),
             "iterations_missed": int(missed),
             "within_interval": longest < interval and missed == 0,
+            "slowest_rules": slowest.get(name, []),
         }
     return {
         "targets": args.targets,
@@ -159,6 +180,8 @@ def report(figures: dict) -> str:
             f"{g['iterations']} evaluations, {g['iterations_missed']} missed  "
             f"within one interval: {'yes' if g['within_interval'] else 'NO'}"
         )
+        slow = ", ".join(f"{rule} {seconds * 1000:.1f} ms" for rule, seconds in g["slowest_rules"])
+        lines.append(f"    slowest rules at the last evaluation: {slow or '-'}")
     if not figures["groups"]:
         lines.append("  no llmdiag rule group was loaded")
     return "\n".join(lines)
