@@ -93,13 +93,7 @@ def rules_export(
         Path | None, typer.Option("--output", "-o", help="Write the YAML here (atomically), not to stdout")
     ] = None,
 ) -> None:
-    """The rule catalogue as Prometheus recording and alerting rules: load the file with `rule_files:`.
-
-    Per server, a group `llmdiag-<server>-recording` (every signal the rules read, as `llmdiag:<signal>:<stat><window>`)
-    and a group `llmdiag-<server>-alerts` (one alert per rule code and severity, labelled code, severity, class).
-    The alerts tell you when; `llmdiag scan` of the target tells you why. Rules PromQL cannot express are listed in the
-    file's comments with the reason. llmdiag.toml's threshold overrides and muted rules apply, as in a scan.
-    """
+    """The rules as Prometheus recording and alerting rules (load with `rule_files:`): alerts say when, a scan why."""
     try:
         text = export_rules(
             format=format,
