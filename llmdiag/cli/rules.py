@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from llmdiag.api.alerting import DEFAULT_FOR, DEFAULT_RUNBOOK_URL, DEFAULT_WINDOW, FORMATS, SERVERS, export_rules
@@ -114,4 +115,4 @@ def rules_export(
         write_atomic(out, text)
     except OSError as exc:
         fail(cannot_write(out, exc, "--output"))
-    stderr.print(f"[dim]rules written to {out}[/]")
+    stderr.print(f"[dim]rules written to {escape(str(out))}[/]")

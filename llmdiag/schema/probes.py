@@ -56,6 +56,9 @@ class SignalSpec(_Strict):
     # gauges: each sample divided by this gauge's total in the same scrape (TGI's reserved tokens over its token
     # budget); a scrape without it (or with it at zero) has no value
     divide_by: str | None = None
+    # gauges that only count up (Triton's iteration number): PromQL forms (llmdiag.schema.promql) may read their
+    # rate and increase over the window, as of a counter; the scan reads them as a gauge
+    monotonic: bool = False
 
     @model_validator(mode="after")
     def _units_in_names(self) -> SignalSpec:
@@ -65,6 +68,8 @@ class SignalSpec(_Strict):
             raise ValueError("info signals need 'label', the label that carries the number")
         if self.divide_by is not None and self.kind != "gauge":
             raise ValueError("divide_by applies to gauges only")
+        if self.monotonic and self.kind != "gauge":
+            raise ValueError("monotonic applies to gauges only (a counter counts up by its kind)")
         return self
 
 
