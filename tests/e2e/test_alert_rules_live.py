@@ -1,7 +1,8 @@
 """Live parity of the exported alerting rules with `llmdiag scan`: a real Prometheus (Debian's) loads
 `llmdiag rules export`'s file and scrapes the simulator in every preset, one dialect at a time (the five presets of a
-dialect at once, one scrape job each, scraped and evaluated every second); after the rules' ``for:`` its
-/api/v1/alerts is compared with a live scan of the same target over the same seconds.
+dialect at once, one scrape job each, and each one's simulated dcgm-exporter page under the same ``pod`` label,
+scraped and evaluated every second); after the rules' ``for:`` its /api/v1/alerts is compared with a live scan of
+the same target with the same DCGM page (``--dcgm-url``) over the same seconds.
 
 The rules are exported with a short window and ``for:`` (``WINDOW``, ``FOR``): at a 1 s scrape interval the window
 holds ten scrapes, and the ``for:`` five evaluations, so each dialect takes about half a minute.
@@ -188,13 +189,14 @@ def not_exported(path: Path, server: str) -> dict[str, str]:
 
 
 def start_scans(dialect: str, urls: dict[str, str]) -> dict[str, subprocess.Popen[str]]:
-    """A live scan of each target, all at once (subprocesses: the CLI exactly as a user runs it)."""
+    """A live scan of each target with its GPUs' exporter page, all at once (subprocesses: the CLI exactly as a user
+    runs it)."""
     env = {**os.environ, "COLUMNS": "200"}
     env.pop("LLMDIAG_API_KEY", None)
     return {
         preset: subprocess.Popen(
             [sys.executable, "-m", "llmdiag", "scan", url, "--no-nvml", "--duration", str(SCAN_SECONDS), "--json"]
-            + ["--fail-on", "never"],
+            + ["--dcgm-url", f"{url}/dcgm/metrics", "--fail-on", "never"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -268,9 +270,12 @@ def run_dialect(dialect: str, rules: Path) -> Run:
         if dialect == "vllm" and alertmanager_server.missing() is None:
             am = stack.enter_context(alertmanager_server.AlertmanagerServer())
         time.sleep(WARMUP_SECONDS)
-        groups: dict[str, list[prometheus_server.Target]] = {
-            f"{dialect}-{p}": [(s.url + path, {"pod": f"{dialect}-{p}", "namespace": "llm"})] for p, s in sims.items()
-        }
+        # each server's page, and its simulated dcgm-exporter page under the same pod label (as Kubernetes service
+        # discovery labels both), which the export's DCGM rules join by pod
+        groups: dict[str, list[prometheus_server.Target]] = {}
+        for p, s in sims.items():
+            groups[f"{dialect}-{p}"] = [(s.url + path, {"pod": f"{dialect}-{p}", "namespace": "llm"})]
+            groups[f"{dialect}-{p}-dcgm"] = [(s.url + "/dcgm/metrics", {"pod": f"{dialect}-{p}", "namespace": "llm"})]
         prom = stack.enter_context(
             prometheus_server.PrometheusServer(
                 groups, rule_files=[rules], alertmanagers=[am.address] if am is not None else []
