@@ -3,7 +3,8 @@ scrapes 50 simulated vLLM targets; does each llmdiag rule group evaluate within 
 
 The targets are cheap as in bench/check_fleet200.py: ``--sims`` simulator processes (``llmdiag sim serve --load``,
 the presets in turn: healthy, memory, compute, scheduling, network), each scraped as ``targets / sims`` targets under
-its own ``pod`` label, so that Prometheus holds, and the rules read, one set of series per target (50 by default).
+its own ``pod`` label, so that Prometheus holds, and the rules read, one set of series per target (50 by default),
+with its simulated dcgm-exporter page under the same label (the export's DCGM rules join the two by pod).
 Scrapes and rule evaluations every ``--interval`` seconds (1 s: fifteen times as often as Prometheus's usual 15 s).
 The export's window defaults to 20 s: at a 1 s scrape it holds 20 samples per series, as the export's default 5 m
 window does at a 15 s scrape, so each range selection reads as many samples as in production.
@@ -124,9 +125,10 @@ def measure(args: argparse.Namespace) -> dict:
             (sims[i % len(sims)].url + args.path, {"pod": f"replica-{i:03d}", "namespace": "llm"})
             for i in range(args.targets)
         ]
-        prom = stack.enter_context(
-            PrometheusServer({args.dialect: list(targets)}, interval_seconds=args.interval, rule_files=[rules])
-        )
+        # each target's simulated dcgm-exporter page under its pod label, which the export's DCGM rules join by
+        gpus = [(sims[i % len(sims)].url + "/dcgm/metrics", labels) for i, (_, labels) in enumerate(targets)]
+        groups = {args.dialect: list(targets), "dcgm": list(gpus)}
+        prom = stack.enter_context(PrometheusServer(groups, interval_seconds=args.interval, rule_files=[rules]))
         time.sleep(seconds(args.window) + seconds(args.for_) + 3 * args.interval)
         readings, pages = [], []
         for _ in range(args.readings):
@@ -168,8 +170,8 @@ def measure(args: argparse.Namespace) -> dict:
 
 def report(figures: dict) -> str:
     lines = [
-        f"alert rules at fleet scale: {figures['targets']} targets ({figures['targets_up']} up) from "
-        f"{figures['simulators']} simulators ({figures['dialect']}), scraped and evaluated every "
+        f"alert rules at fleet scale: {figures['targets']} targets and their DCGM pages ({figures['targets_up']} up) "
+        f"from {figures['simulators']} simulators ({figures['dialect']}), scraped and evaluated every "
         f"{figures['interval_seconds']:g} s, window {figures['window']}, for {figures['for']}; "
         f"{figures['head_series']} series in the head; {figures['readings']} readings an interval apart",
     ]

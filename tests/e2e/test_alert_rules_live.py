@@ -382,7 +382,7 @@ def test_fleet_bench_runs_at_a_tiny_scale(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     print(done.stdout)
     figures = json.loads(out.read_text())
-    assert figures["targets_up"] == 3
+    assert figures["targets_up"] == 6  # each target and its DCGM page
     assert set(figures["groups"]) == {"llmdiag-vllm-recording", "llmdiag-vllm-alerts"}, figures["groups"]
     for name, group in figures["groups"].items():
         assert group["rules"] > 0, name
