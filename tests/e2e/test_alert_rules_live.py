@@ -328,7 +328,7 @@ def write_example(alert: dict, path: Path) -> None:
             "command": f"{EXAMPLE_ENV}={shown} pytest tests/e2e/test_alert_rules_live.py -k vllm",
             "source": "GET /api/v2/alerts of a real Alertmanager, one alert of the list, verbatim",
             "exported_with": f"llmdiag rules export --format prometheus --window {WINDOW} --for {FOR}",
-            "target": "the built-in simulator, preset memory, vLLM dialect, scraped every second",
+            "target": "the built-in simulator, preset memory, vLLM dialect, and its DCGM page, scraped every second",
             "dropped": list(VOLATILE),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
             "versions": {
