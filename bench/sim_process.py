@@ -51,7 +51,9 @@ class SimProcess:
         record_timings: int = 0,
         firehose_tick: float | None = None,
         load: bool = False,
+        dialect: str = "vllm",
     ) -> None:
+        self.dialect = dialect  # ``sim serve --dialect``: the server whose pages it serves
         self.load = load  # ``sim serve --load``: the preset's own closed-loop load, driven in the child
         self.firehose_tick = firehose_tick  # not None: the bench's firehose server instead of the simulator
         self.preset = preset
@@ -88,6 +90,7 @@ class SimProcess:
                 "--time-scale",
                 f"{self.time_scale!r}",
                 *(["--load"] if self.load else []),
+                *(["--dialect", self.dialect] if self.dialect != "vllm" else []),
             ]
         self.proc = subprocess.Popen(
             cmd,

@@ -11,8 +11,9 @@ instead of a skip.
 
 Each group is one scrape job; targets are ``http://HOST:PORT/path`` URLs, or (URL, {label: value}) pairs whose labels
 Prometheus attaches to that target's series (as Kubernetes service discovery attaches ``pod``/``namespace``). Each
-URL's path becomes the job's metrics_path, so the targets of one group share a path. Scrapes every
-``interval_seconds`` (1 s by default).
+URL's path becomes the job's metrics_path, so the targets of one group share a path. Scrapes and evaluates rules
+every ``interval_seconds`` (1 s by default). ``rule_files`` are loaded as the config's ``rule_files:`` (the exported
+alerting rules), and ``alertmanagers`` (``host:port``) receive the alerts that fire.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -73,8 +75,14 @@ def free_port() -> int:
 Target = str | tuple[str, dict[str, str]]
 
 
-def scrape_config(groups: dict[str, list[Target]], interval_seconds: float) -> str:
-    """prometheus.yml for the groups: one job each, static targets (JSON is valid YAML)."""
+def scrape_config(
+    groups: dict[str, list[Target]],
+    interval_seconds: float,
+    rule_files: Sequence[str | Path] = (),
+    alertmanagers: Sequence[str] = (),
+) -> str:
+    """prometheus.yml for the groups: one job each, static targets (JSON is valid YAML); with the rule files and the
+    Alertmanagers (``host:port``) when given."""
     import json
 
     jobs = []
@@ -95,20 +103,33 @@ def scrape_config(groups: dict[str, list[Target]], interval_seconds: float) -> s
             }
         )
     interval = f"{int(interval_seconds * 1000)}ms"
-    config = {
+    config: dict[str, object] = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
         "scrape_configs": jobs,
     }
+    if rule_files:
+        config["rule_files"] = [str(Path(f).resolve()) for f in rule_files]
+    if alertmanagers:
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]}
     return json.dumps(config, indent=1)
 
 
 class PrometheusServer:
     """Prometheus on 127.0.0.1:<free port>, scraping ``groups``; stopped (SIGTERM) and its TSDB removed on exit."""
 
-    def __init__(self, groups: dict[str, list[Target]], interval_seconds: float = 1.0, extra_args: list[str] = ()):
+    def __init__(
+        self,
+        groups: dict[str, list[Target]],
+        interval_seconds: float = 1.0,
+        extra_args: Sequence[str] = (),
+        rule_files: Sequence[str | Path] = (),
+        alertmanagers: Sequence[str] = (),
+    ):
         self.groups = groups
         self.interval_seconds = interval_seconds
         self.extra_args = list(extra_args)
+        self.rule_files = list(rule_files)
+        self.alertmanagers = list(alertmanagers)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._dir: tempfile.TemporaryDirectory[str] | None = None
@@ -117,7 +138,9 @@ class PrometheusServer:
     def start(self) -> PrometheusServer:
         self._dir = tempfile.TemporaryDirectory(prefix="llmdiag-prom-")
         root = Path(self._dir.name)
-        (root / "prometheus.yml").write_text(scrape_config(self.groups, self.interval_seconds))
+        (root / "prometheus.yml").write_text(
+            scrape_config(self.groups, self.interval_seconds, self.rule_files, self.alertmanagers)
+        )
         log = open(root / "prometheus.log", "wb")  # noqa: SIM115 (closed with the process)
         self._log = log
         self._proc = subprocess.Popen(
@@ -149,6 +172,11 @@ class PrometheusServer:
     def query(self, expr: str) -> list[dict]:
         answer = requests.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=10).json()
         return answer.get("data", {}).get("result", [])
+
+    def alerts(self) -> list[dict]:
+        """/api/v1/alerts: every alert pending or firing now, with its labels, annotations, state and value."""
+        answer = requests.get(f"{self.url}/api/v1/alerts", timeout=10).json()
+        return answer.get("data", {}).get("alerts", [])
 
     def wait_for_samples(self, metric: str, series: int, samples: int = 2, timeout_seconds: float = 30.0) -> None:
         """Until ``series`` series of ``metric`` each hold at least ``samples`` samples."""
