@@ -43,6 +43,7 @@ FLAG_NAMES = {
     "deadline_seconds": "--deadline",
     "duration_seconds": "--duration",
     "end_unix": "--to",
+    "for_duration": "--for",
     "headers": "--header",
     "max_bytes": "--max-metrics-bytes",  # analyze's dumps and logs (diagnose_files, diagnose_logs)
     "max_requests": "--requests",

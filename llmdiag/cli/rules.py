@@ -1,4 +1,5 @@
-"""`llmdiag rules list | show | docs`: the rule catalogue, what llmdiag checks and why."""
+"""`llmdiag rules list | show | docs | export`: the rule catalogue, what llmdiag checks and why, and the catalogue as
+Prometheus alerting rules."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from llmdiag.cli.output import fail, stdout
+from llmdiag.api.alerting import DEFAULT_FOR, DEFAULT_RUNBOOK_URL, DEFAULT_WINDOW, FORMATS, SERVERS, export_rules
+from llmdiag.cli.output import cannot_write, fail, stderr, stdout
+from llmdiag.config import DEFAULT_SLO_TPOT_SECONDS
 from llmdiag.errors import LlmdiagError, UsageError
 from llmdiag.render.docs import render_rule_markdown, write_rule_docs
+from llmdiag.render.files import write_atomic
 from llmdiag.schema.loader import find_rule, load_rules
 
 app = typer.Typer(
@@ -58,3 +62,61 @@ def rules_docs(
     except OSError as exc:
         fail(LlmdiagError(f"cannot write {out}: {exc.strerror}", "check the folder and its permissions"))
     stdout.print(f"wrote {len(written)} pages to {out}")
+
+
+@app.command("export")
+def rules_export(
+    format: Annotated[
+        str, typer.Option("--format", help=f"{' | '.join(FORMATS)} (a prometheus-operator PrometheusRule resource)")
+    ] = "prometheus",
+    server: Annotated[
+        str | None,
+        typer.Option("--server", help=f"One server dialect ({', '.join(SERVERS)}); default: each, two groups apiece"),
+    ] = None,
+    selector: Annotated[
+        str | None,
+        typer.Option("--selector", help="Label matchers every raw series must carry, e.g. '{job=\"vllm\"}'"),
+    ] = None,
+    window: Annotated[
+        str, typer.Option("--window", help="Window of rates, *_over_time and histogram quantiles (e.g. 5m)")
+    ] = DEFAULT_WINDOW,
+    for_duration: Annotated[
+        str, typer.Option("--for", help="How long a condition must hold before the alert fires (e.g. 2m)")
+    ] = DEFAULT_FOR,
+    runbook_url: Annotated[
+        str, typer.Option("--runbook-url", help="Each alert's runbook link; {code} and {slug} are filled in")
+    ] = DEFAULT_RUNBOOK_URL,
+    slo_tpot: Annotated[
+        float, typer.Option("--slo-tpot", help="The TPOT SLO in seconds that CMP001 judges the mean ITL against")
+    ] = DEFAULT_SLO_TPOT_SECONDS,
+    out: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the YAML here (atomically), not to stdout")
+    ] = None,
+) -> None:
+    """The rule catalogue as Prometheus recording and alerting rules: load the file with `rule_files:`.
+
+    Per server, a group `llmdiag-<server>-recording` (every signal the rules read, as `llmdiag:<signal>:<stat><window>`)
+    and a group `llmdiag-<server>-alerts` (one alert per rule code and severity, labelled code, severity, class).
+    The alerts tell you when; `llmdiag scan` of the target tells you why. Rules PromQL cannot express are listed in the
+    file's comments with the reason.
+    """
+    try:
+        text = export_rules(
+            format=format,
+            server=server,
+            selector=selector,
+            window=window,
+            for_duration=for_duration,
+            runbook_url=runbook_url,
+            slo_tpot_seconds=slo_tpot,
+        )
+    except LlmdiagError as error:
+        fail(error)
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        write_atomic(out, text)
+    except OSError as exc:
+        fail(cannot_write(out, exc, "--output"))
+    stderr.print(f"[dim]rules written to {out}[/]")

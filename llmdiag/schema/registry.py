@@ -41,10 +41,12 @@ from llmdiag.errors import RuleSpecError
 from llmdiag.schema.base import _Strict
 from llmdiag.schema.logs import LogSpec
 from llmdiag.schema.probes import STAT_NAMES, ProbeSpec
+from llmdiag.schema.promql import REF_RE, WINDOW_REF, DerivedForm, refs_of
 from llmdiag.schema.rules import PLACEHOLDER_RE, RuleSpec, SignalRef
 
 SIGNALS_PATH = "probes/signals.toml"
 SignalKind = Literal["gauge", "counter", "histogram", "info", "derived"]
+DOUBT_KINDS = ("gauge", "counter", "histogram", "bounded")  # what a sanity rule's `doubts` may name beside signals
 PRODUCER_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 
 
@@ -62,12 +64,26 @@ class DeclaredSignal(_Strict):
     unit: str = Field(min_length=1)
     producer: str
     help: str = Field(min_length=1)
+    # derived signals: the PromQL form (llmdiag.schema.promql) over other signals' {signal.stat} and
+    # {window_seconds}; a list: the largest of its expressible members (the scan's max of estimates). Or the reason
+    # there is none (promql_unavailable). Read by the rule export (llmdiag rules export).
+    promql: str | list[str] = ""
+    promql_unavailable: str = ""
 
     @model_validator(mode="after")
     def _counter_rate(self) -> DeclaredSignal:
         if self.kind == "counter" and not self.name.endswith("_per_second"):
             raise ValueError("counter signals become rates: their name must end in _per_second")
+        if (self.promql or self.promql_unavailable) and self.kind != "derived":
+            raise ValueError("promql and promql_unavailable are for derived signals")
+        if self.promql and self.promql_unavailable:
+            raise ValueError("give promql or promql_unavailable, not both")
+        if isinstance(self.promql, list) and (not self.promql or not all(p.strip() for p in self.promql)):
+            raise ValueError("an empty promql form")
         return self
+
+    def promql_forms(self) -> list[str]:
+        return [self.promql] if isinstance(self.promql, str) and self.promql else list(self.promql or [])
 
 
 class SignalCatalogue(_Strict):
@@ -142,6 +158,9 @@ class SignalRegistry:
         refs += [(f"gate.{i}", ref) for i, ref in enumerate(rule.gate)]
         refs += [(f"evidence.{i}", ref) for i, ref in enumerate(rule.evidence)]
         found = [(field, why) for field, ref in refs if (why := self.ref_problem(ref.signal, ref.stat))]
+        for doubt in rule.doubts:
+            if doubt not in DOUBT_KINDS and doubt not in self.names():
+                found.append(("doubts", f"{doubt!r} is neither a signal nor one of {', '.join(DOUBT_KINDS)}"))
         for name, stat, _ in PLACEHOLDER_RE.findall(rule.summary):
             why = self.ref_problem(name, stat)
             if why:
@@ -200,4 +219,30 @@ def build_registry(code: SignalCatalogue, probes: Iterable[ProbeSpec], logs: Log
                 item.name,
                 f"{item.producer} makes it in {item.unit!r}, {first.producer} in {first.unit!r}: one unit per name",
             )
-    return SignalRegistry(declared=tuple(declared), producers=tuple(code.producer))
+    registry = SignalRegistry(declared=tuple(declared), producers=tuple(code.producer))
+    for item in code.signal:
+        if item.producer == "derived" and not (item.promql or item.promql_unavailable):
+            why_not = "a derived signal needs promql, or promql_unavailable (why not)"
+            raise RuleSpecError(SIGNALS_PATH, item.name, why_not)
+        for text in item.promql_forms():
+            for name, stat in refs_of(text):
+                why = registry.ref_problem(name, stat)
+                if why:
+                    raise RuleSpecError(SIGNALS_PATH, f"{item.name}.promql", f"{{{name}.{stat}}}: {why}")
+            if "{" in REF_RE.sub("", text.replace(WINDOW_REF, "")):
+                raise RuleSpecError(SIGNALS_PATH, f"{item.name}.promql", "a brace that is not a {signal.stat}")
+    return registry
+
+
+def derived_forms(registry: SignalRegistry) -> dict[str, DerivedForm]:
+    """The derived signals' PromQL forms (probes/signals.toml), by name."""
+    forms: dict[str, DerivedForm] = {}
+    for item in registry.declared:
+        if item.kind == "derived" and (item.promql or item.promql_unavailable):
+            forms[item.name] = DerivedForm(
+                name=item.name,
+                promql=tuple(item.promql_forms()),
+                is_max=isinstance(item.promql, list),
+                unavailable=item.promql_unavailable,
+            )
+    return forms

@@ -148,6 +148,10 @@ class RuleSpec(_Strict):
     # what the rule judges: one server's window ("server"), or several replicas side by side ("fleet": judged on the
     # fleet's own signals by llmdiag.engine.fleet, never in a single server's verdict)
     scope: Literal["server", "fleet"] = "server"
+    # sanity rules: the signals whose values this rule's finding makes untrustworthy, by name, by kind ("gauge",
+    # "counter", "histogram") or "bounded" (gauges with a valid range in their probe spec). The rule export silences
+    # the capacity alerts that read them while this rule's condition holds (llmdiag.api.alerting).
+    doubts: list[str] = Field(default_factory=list)
 
     @field_validator("code")
     @classmethod
@@ -173,6 +177,12 @@ class RuleSpec(_Strict):
     def _stall_is_a_verdict(self) -> RuleSpec:
         if self.stall and (self.advisory or self.category.value in ("sanity", "regression")):
             raise ValueError("a stall rule sets the verdict: it can be neither advisory nor sanity/regression")
+        return self
+
+    @model_validator(mode="after")
+    def _doubts_are_sanity(self) -> RuleSpec:
+        if self.doubts and self.category.value != "sanity":
+            raise ValueError("only sanity rules doubt other signals")
         return self
 
     def inputs(self) -> list[SignalRef]:

@@ -882,3 +882,30 @@ def test_whatif_on_a_load_report_without_verdicts_is_refused(tmp_path):
     error, hint = assert_clean_error(run_cli("whatif", str(report), "--set", "replicas=2"))
     assert "no level with a server-side verdict" in error
     assert "load -o" in hint
+
+
+# ---------------------------------------------------------------------------------------------
+# llmdiag rules export
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("--server", "nginx"), "--server"),
+        (("--selector", '{job="vllm"'), "--selector"),
+        (("--selector", "job=vllm"), "--selector"),
+        (("--window", "5 minutes"), "--window"),
+        (("--for", "-2m"), "--for"),
+        (("--format", "grafana"), "--format"),
+        (("--runbook-url", "https://runbooks.example/{rule}"), "--runbook-url"),
+    ],
+    ids=["server", "selector-brace", "selector-matchers", "window", "for", "format", "runbook-url"],
+)
+def test_rules_export_bad_option(args: tuple[str, str], named: str):
+    error, hint = assert_clean_error(run_cli("rules", "export", *args))
+    assert named in error
+
+
+def test_rules_export_unwritable_output(tmp_path):
+    error, hint = assert_clean_error(run_cli("rules", "export", "-o", str(tmp_path / "no" / "such" / "rules.yml")))
+    assert "rules.yml" in error

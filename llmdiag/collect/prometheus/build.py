@@ -10,29 +10,28 @@ from llmdiag.collect.exposition import LabelKey, Scrape, label_key
 from llmdiag.collect.prometheus.api import PrometheusSource
 from llmdiag.collect.prometheus.plan import (
     DEFAULT_TIMELINE_STEPS,
-    INSTANCE_LABELS,
     MAX_GAUGE_POINTS,
     MIN_WINDOW_INTERVALS,
     SERVER_PROBES,
     TAG,
     PrometheusResult,
     _chosen_wire,
-    _dur,
     _histogram_expr,
     _Plan,
     _plan,
     _Query,
-    _vector,
     _wire_candidates,
     choose_window,
     discover_interval,
-    selector_matchers,
 )
 from llmdiag.collect.signals import SignalBuilder
 from llmdiag.errors import PrometheusQueryError, UsageError, option
 from llmdiag.model import Signal, SignalSet, SourceInfo, Window
 from llmdiag.schema.loader import load_probe
 from llmdiag.schema.probes import ProbeSpec, SignalSpec
+from llmdiag.schema.promql import INSTANCE_LABELS, selector_matchers
+from llmdiag.schema.promql import duration as _dur
+from llmdiag.schema.promql import vector as _vector
 
 
 class _Runner:

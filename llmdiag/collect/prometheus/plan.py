@@ -1,4 +1,6 @@
-"""What to ask: the window and scrape interval, the instances, and the PromQL generated from the probe specs."""
+"""What to ask: the window and scrape interval, the instances, and the PromQL generated from the probe specs.
+
+Durations, selectors and escaping are llmdiag.schema.promql's, shared with the rule export (llmdiag rules export)."""
 
 from __future__ import annotations
 
@@ -9,14 +11,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from llmdiag.collect.prometheus.api import PrometheusSource
-from llmdiag.errors import PrometheusQueryError, UsageError, option
+from llmdiag.errors import PrometheusQueryError, UsageError
 from llmdiag.model import SignalSet
 from llmdiag.schema.loader import load_probe
 from llmdiag.schema.probes import ProbeSpec, SignalSpec
+from llmdiag.schema.promql import INSTANCE_LABELS, parse_duration
+from llmdiag.schema.promql import selector_matchers as selector_matchers  # re-exported: the fleet mode's option
+from llmdiag.schema.promql import vector as _vector
 
 SERVER_PROBES = ("vllm", "sglang", "tgi", "llamacpp", "trtllm", "triton")
-# the labels that tell one scrape target (one server process) from another
-INSTANCE_LABELS = ("job", "instance", "namespace", "pod")
 QUANTILES = ((0.5, "p50"), (0.9, "p90"), (0.95, "p95"), (0.99, "p99"))
 TAG = "llmdiag_part"  # a label the histogram query adds to tell its parts apart
 MIN_WINDOW_INTERVALS = 4  # a rate needs samples: W is at least this many scrape intervals
@@ -28,25 +31,6 @@ FALLBACK_INTERVAL_SECONDS = 15.0  # Prometheus's default scrape_interval, when n
 
 # --------------------------------------------------------------------------------------------------------------------
 # times, windows and the selector
-
-
-DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
-def parse_duration(text: str, what: str = "duration") -> float:
-    """'90s', '5m', '1h30m', '500ms', or plain seconds."""
-    raw = text.strip()
-    try:
-        value = float(raw)
-    except ValueError:
-        pieces = DURATION_RE.findall(raw)
-        if not pieces or "".join(n + u for n, u in pieces) != raw:
-            raise UsageError(f"{what} '{text}' is not a duration", "e.g. 90s, 5m, 1h30m") from None
-        value = sum(float(n) * UNIT_SECONDS[u] for n, u in pieces)
-    if value <= 0:
-        raise UsageError(f"{what} '{text}' must be positive", "e.g. 90s, 5m, 1h30m")
-    return value
 
 
 def parse_time(text: str, what: str = "time", now: float | None = None) -> float:
@@ -79,46 +63,9 @@ def parse_time(text: str, what: str = "time", now: float | None = None) -> float
         raise UsageError(f"{what} '{text}' is not a time", hint) from None
 
 
-def selector_matchers(selector: str | None) -> str:
-    """'{job="vllm"}' or 'job="vllm"' → 'job="vllm"' (the inside of the braces); None or '' → ''."""
-    if not selector:
-        return ""
-    inner = selector.strip()
-    if inner.startswith("{"):
-        if not inner.endswith("}"):
-            raise UsageError(
-                f"{option('selector')} '{selector}' has no closing brace",
-                f"e.g. {option('selector')} '{{job=\"vllm\"}}'",
-            )
-        inner = inner[1:-1]
-    inner = inner.strip().strip(",")
-    if inner and not re.match(r"^\s*[A-Za-z_][A-Za-z0-9_]*\s*(=~|!~|!=|=)\s*\"", inner):
-        raise UsageError(
-            f"{option('selector')} '{selector}' is not a label matcher list",
-            f'e.g. {option("selector")} \'{{job="vllm",namespace="prod"}}\'',
-        )
-    return inner
-
-
 def simple_matchers(inner: str) -> dict[str, str]:
     """The ``label="value"`` equality matchers of a selector (to pick its targets' scrape interval)."""
     return dict(re.findall(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"([^"]*)"', inner))
-
-
-def _vector(name: str, inner: str, extra: dict[str, str] | None = None) -> str:
-    matchers = [inner] if inner else []
-    matchers += [f'{k}="{_escape(v)}"' for k, v in sorted((extra or {}).items())]
-    return f"{name}{{{','.join(matchers)}}}" if matchers else name
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
-
-
-def _dur(seconds: float) -> str:
-    """Seconds as a PromQL duration: whole milliseconds."""
-    ms = max(1, int(round(seconds * 1000)))
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -24,5 +24,5 @@ def test_every_command_resolves_under_its_name():
         command = commands[name]
         assert command.name == name
         assert hasattr(command, "commands") == (name in SUBGROUPS), name
-    assert sorted(commands["rules"].commands) == ["docs", "list", "show"]  # type: ignore[attr-defined]
+    assert sorted(commands["rules"].commands) == ["docs", "export", "list", "show"]  # type: ignore[attr-defined]
     assert list(commands["sim"].commands) == ["serve"]  # type: ignore[attr-defined]

@@ -27,7 +27,14 @@ from llmdiag.engine.slo import SLO_SIGNALS, add_slo_signals
 from llmdiag.errors import LlmdiagError, RuleSpecError
 from llmdiag.model import Roofline, Signal, SignalSet, TraceReport
 from llmdiag.schema.base import parse_toml
-from llmdiag.schema.loader import load_code_signals, load_log_spec, load_probe, load_signal_registry, probe_names
+from llmdiag.schema.loader import (
+    load_code_signals,
+    load_log_spec,
+    load_probe,
+    load_rules,
+    load_signal_registry,
+    probe_names,
+)
 from llmdiag.schema.registry import SignalCatalogue, build_registry
 from tests.e2e.golden.cases import _analyze_inputs, pinned_fixtures
 
@@ -89,6 +96,44 @@ def test_signal_catalogue_refuses_inconsistent_declarations(text: str, reason: s
     with pytest.raises(RuleSpecError) as info:
         parse_toml(SignalCatalogue, "probes/signals.toml", text)
     assert reason in info.value.reason
+
+
+def _with_form(name: str, **update: object) -> None:
+    """Build the registry with one derived signal's PromQL form replaced."""
+    code = load_code_signals().model_copy(deep=True)
+    index = next(i for i, s in enumerate(code.signal) if s.name == name and s.producer == "derived")
+    code.signal[index] = code.signal[index].model_copy(update=update)
+    build_registry(code, [load_probe(n) for n in probe_names()], load_log_spec())
+
+
+@pytest.mark.parametrize(
+    ("update", "reason"),
+    [
+        ({"promql": "{queue_time_seconds.p42} / {window_seconds}"}, "not 'p42'"),
+        ({"promql": ["{no_such_signal.value}", "{requests_waiting.mean}"]}, "no signal named 'no_such_signal'"),
+        ({"promql": 'sum({requests_waiting.mean}{job="x"})'}, "a brace that is not a {signal.stat}"),
+        ({"promql": "", "promql_unavailable": ""}, "needs promql, or promql_unavailable"),
+    ],
+)
+def test_a_derived_signals_promql_form_is_checked_against_the_registry(update: dict, reason: str):
+    _with_form("requests_waiting_avg")  # the catalogue's own form builds
+    with pytest.raises(RuleSpecError) as info:
+        _with_form("requests_waiting_avg", **{"promql": "", "promql_unavailable": "", **update})
+    assert reason in info.value.reason
+
+
+def test_every_derived_signal_says_its_promql_form_or_why_not():
+    for declared in REGISTRY.declared:
+        if declared.producer == "derived":
+            assert bool(declared.promql) != bool(declared.promql_unavailable), declared.name
+    assert {d.name for d in DERIVED} <= {d.name for d in REGISTRY.declared if d.producer == "derived"}
+
+
+def test_a_sanity_rules_doubts_name_signals_or_kinds():
+    rule = next(r for r in load_rules() if r.code == "SAN002")
+    assert REGISTRY.rule_problems(rule) == []
+    doubting = rule.model_copy(update={"doubts": ["counter", "no_such_signal"]})
+    assert [field for field, _ in REGISTRY.rule_problems(doubting)] == ["doubts"]
 
 
 def test_a_rule_may_read_any_stat_of_any_kind_its_signal_is_made_as():

@@ -1,0 +1,132 @@
+"""`llmdiag rules export` checked by Prometheus's own tool: `promtool check rules` on the file for every server
+dialect, all of them together, and the PrometheusRule resource's groups.
+
+promtool ships in Debian's ``prometheus`` package, which ``make test`` installs
+(``python -m tests.support.prometheus_server install``) and then requires (LLMDIAG_PROMETHEUS_TESTS=1): a missing
+promtool fails there instead of skipping.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmdiag.api.alerting import SERVERS
+from tests.conftest import run_cli
+from tests.support.prometheus_server import REQUIRED_ENV
+from tests.support.required import require_tool
+
+
+def promtool() -> str:
+    found = shutil.which("promtool")
+    require_tool(
+        None if found else "promtool not on PATH (python -m tests.support.prometheus_server install)", REQUIRED_ENV
+    )
+    assert found is not None
+    return found
+
+
+def check_rules(path: Path) -> str:
+    done = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("server", [*SERVERS, None], ids=[*SERVERS, "every-server"])
+def test_promtool_accepts_the_export(server: str | None, tmp_path: Path) -> None:
+    out = tmp_path / "llmdiag-rules.yml"
+    result = run_cli("rules", "export", *(["--server", server] if server else []), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    said = check_rules(out)
+    groups = yaml.safe_load(out.read_text())["groups"]
+    count = sum(len(g["rules"]) for g in groups)
+    assert f"SUCCESS: {count} rules found" in said  # every rule parsed, none dropped
+    names = [g["name"] for g in groups]
+    for name in [server] if server else SERVERS:
+        assert f"llmdiag-{name}-recording" in names and f"llmdiag-{name}-alerts" in names
+
+
+def test_promtool_accepts_the_prometheusrule_groups(tmp_path: Path) -> None:
+    result = run_cli("rules", "export", "--format", "prometheusrule", "--window", "2m", "--for", "90s")
+    assert result.returncode == 0, result.stderr
+    resource = yaml.safe_load(result.stdout)
+    assert resource["kind"] == "PrometheusRule"
+    groups = tmp_path / "groups.yml"
+    groups.write_text(yaml.safe_dump(resource["spec"]))
+    check_rules(groups)
+    alerts = [r for g in resource["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert alerts and all(r["for"] == "90s" for r in alerts)
+
+
+def test_promtool_accepts_hostile_selector_and_runbook_text(tmp_path: Path) -> None:
+    """Quotes, a colon-space, a hash and braces in label values and annotation text: still valid YAML and PromQL."""
+    out = tmp_path / "rules.yml"
+    selector = '{job="a \\"quoted\\": #x", namespace=~"prod|{{staging}}"}'
+    runbook = 'https://wiki.example/a: "b" #c/{code}?s={slug}&t=}}x'
+    result = run_cli(
+        "rules", "export", "--server", "vllm", "--selector", selector, "--runbook-url", runbook, "-o", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    check_rules(out)
+    alert = next(r for g in yaml.safe_load(out.read_text())["groups"] for r in g["rules"] if "alert" in r)
+    assert alert["annotations"]["runbook_url"].startswith('https://wiki.example/a: "b" #c/')
+
+
+def _series(instance: str, **values: str) -> list[dict[str, str]]:
+    names = {
+        "waiting": "vllm:num_requests_waiting",
+        "running": "vllm:num_requests_running",
+        "kv": "vllm:kv_cache_usage_perc",
+        "preempted": "vllm:num_preemptions_total",
+        "finished": "vllm:request_success_total",
+        "generated": "vllm:generation_tokens_total",
+        "prompted": "vllm:prompt_tokens_total",
+        "itl_sum": "vllm:inter_token_latency_seconds_sum",
+        "itl_count": "vllm:inter_token_latency_seconds_count",
+        "rejected": "vllm:admission_rejections_total",
+    }
+    return [{"series": f'{names[k]}{{job="vllm",instance="{instance}"}}', "values": v} for k, v in values.items()]
+
+
+def test_the_guards_evaluate_as_the_scan_ranks(tmp_path: Path) -> None:
+    """Prometheus's rule engine (promtool test rules) on series written for the logic, not recorded from a server
+    (the recorded states are tests/e2e/test_rules_promtool.py's): four targets, 15 s apart for 15 minutes.
+    a: a queue beside a quiet KV cache and fast steps (the batch cap); b: the same queue with a full, preempting KV
+    cache and 503s (memory explains the scheduling symptoms); c: 503s alone; d: 503s across a restart (SAN002)."""
+    steady = {"finished": "0+3x60", "generated": "0+600x60", "prompted": "0+300x60"}
+    fast = {"itl_sum": "0+12x60", "itl_count": "0+600x60"}  # 20 ms a token
+    inputs = [
+        *_series("a", waiting="6x60", running="2x60", kv="0.3x60", preempted="0x60", **steady, **fast),
+        *_series("b", waiting="6x60", running="20x60", kv="0.99x60", preempted="0+2x60", rejected="0+30x60", **steady),
+        *_series("c", rejected="0+30x60"),
+        *_series("d", rejected="0+30x30 0+30x29"),
+    ]
+    rules = tmp_path / "rules.yml"
+    assert run_cli("rules", "export", "--server", "vllm", "-o", str(rules)).returncode == 0
+    firing = 'sort(count by (code, instance) (ALERTS{alertstate="firing"}))'
+    expected = [("MEM001", "b"), ("SAN002", "d"), ("SCH001", "a"), ("SCH004", "c")]
+    test = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": inputs,
+                "promql_expr_test": [
+                    {
+                        "expr": firing,
+                        "eval_time": "10m",
+                        "exp_samples": [{"labels": f'{{code="{c}",instance="{i}"}}', "value": 1} for c, i in expected],
+                    }
+                ],
+            }
+        ],
+    }
+    spec = tmp_path / "test.yml"
+    spec.write_text(yaml.safe_dump(test))
+    done = subprocess.run([promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

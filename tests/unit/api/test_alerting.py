@@ -1,0 +1,218 @@
+"""The rule export (llmdiag.api.alerting over llmdiag.schema.promql): the expressions' shape, read off the YAML.
+
+promtool proves the file valid (tests/e2e/test_rules_export.py); here each piece of an expression is traced back to
+the catalogue it comes from, so a change to the catalogue or the generator that drops a gate, a guard or a rename
+fails here.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from llmdiag.api import alerting
+from llmdiag.api.alerting import export_rules
+from llmdiag.engine import causes
+from llmdiag.errors import UsageError
+from llmdiag.model import Category
+from llmdiag.schema.loader import find_rule, load_probe
+from llmdiag.schema.promql import Recorder, parse_duration, window_name
+
+
+def _groups(**kw) -> dict[str, list[dict]]:
+    document = yaml.safe_load(export_rules(**kw))
+    return {g["name"]: g["rules"] for g in document["groups"]}
+
+
+def _records(server: str = "vllm", **kw) -> dict[str, str]:
+    rules = _groups(server=server, **kw)[f"llmdiag-{server}-recording"]
+    return {r["record"]: r["expr"] for r in rules if "code" not in r.get("labels", {})}
+
+
+def _conditions(server: str = "vllm", **kw) -> dict[str, str]:
+    rules = _groups(server=server, **kw)[f"llmdiag-{server}-recording"]
+    return {r["labels"]["code"]: r["expr"] for r in rules if "code" in r.get("labels", {})}
+
+
+def _alerts(server: str = "vllm", **kw) -> dict[tuple[str, str], dict]:
+    rules = _groups(server=server, **kw)[f"llmdiag-{server}-alerts"]
+    return {(r["labels"]["code"], r["labels"]["severity"]): r for r in rules}
+
+
+def _silencers(alert: dict) -> set[str]:
+    """The codes whose recorded condition an alert is `unless`-ed by."""
+    found = re.search(r'unless on \([^)]*\) \(llmdiag:rule_past_warning:value\w+\{code=~?"([^"]+)"', alert["expr"])
+    return set(found.group(1).split("|")) if found else set()
+
+
+def test_a_rename_across_versions_becomes_or_alternatives_from_the_probe() -> None:
+    spec = next(s for s in load_probe("vllm").signal if s.name == "kv_cache_usage_ratio")
+    assert len(spec.metrics) >= 2  # the renamed gauge: vllm:kv_cache_usage_perc, formerly vllm:gpu_cache_usage_perc
+    now = _records()["llmdiag:kv_cache_usage_ratio:avg"]
+    parts = now.split(" or ")
+    assert len(parts) == len(spec.metrics)
+    for part, wire in zip(parts, spec.metrics, strict=True):  # newest first: the first present wins
+        assert wire in part and part.count("avg by (job, instance, namespace, pod)") == 1  # the probe's mean
+
+
+def test_counters_histograms_and_gauges_use_the_window() -> None:
+    records = _records(window="3m")
+    assert "rate(vllm:num_preemptions_total[3m])" in records["llmdiag:preemptions_per_second:rate3m"]
+    assert records["llmdiag:kv_cache_usage_ratio:max3m"].startswith("max_over_time(llmdiag:kv_cache_usage_ratio:avg{")
+    p50 = records["llmdiag:ttft_seconds:p503m"]
+    assert p50.startswith("histogram_quantile(0.5, sum by (job, instance, namespace, pod, le) (rate(")
+    assert "_bucket[3m]" in p50
+    mean = records["llmdiag:itl_seconds:mean3m"]
+    assert "rate(vllm:inter_token_latency_seconds_sum[3m])" in mean
+    assert "rate(vllm:inter_token_latency_seconds_count[3m])" in mean
+
+
+def test_littles_law_reads_the_sum_over_the_window_beside_the_gauge_mean() -> None:
+    waiting = _records()["llmdiag:requests_waiting_avg:value5m"]
+    # the larger of the two estimates, as llmdiag.engine.derived._time_average takes it
+    assert waiting.startswith("max without (llmdiag_part) (")
+    assert 'llmdiag:queue_time_seconds:sum5m{llmdiag_server="vllm"} / 300' in waiting
+    assert 'llmdiag:requests_waiting:mean5m{llmdiag_server="vllm"}' in waiting
+
+
+def test_every_recorded_read_is_this_servers_copy() -> None:
+    text = export_rules()  # every server: the same record names, told apart by llmdiag_server
+    for name in re.findall(r"(llmdiag:[a-z0-9_]+:[a-z0-9_]+)\{", text):
+        assert name.startswith("llmdiag:")
+    for match in re.finditer(r"llmdiag:[a-z0-9_]+:[a-z0-9_]+(\{[^}]*\})?", text):
+        if "record:" in text[max(0, match.start() - 8) : match.start()]:
+            continue
+        assert match.group(1) and "llmdiag_server=" in match.group(1), match.group(0)
+
+
+def test_ladder_gates_and_if_missing_pass() -> None:
+    rule = find_rule("CMP001")
+    assert rule is not None
+    passing = [g for g in rule.gate if g.if_missing == "pass"]
+    required = [g for g in rule.gate if g.if_missing == "skip"]
+    assert passing and required  # the shape under test: one gate of each kind
+    condition = _conditions()["CMP001"]
+    ladder = f'llmdiag:itl_mean_over_slo_tpot_ratio:value5m{{llmdiag_server="vllm"}} >= {rule.severity.warning:g}'
+    assert ladder in condition
+    for gate in passing:  # a server without it passes: unless the negation holds
+        negated = alerting.NEGATED[gate.op]
+        assert re.search(
+            rf"unless on \([^)]*\) \(llmdiag:{gate.signal}:{gate.stat}5m\{{[^}}]*\}} {negated} ", condition
+        )
+    for gate in required:  # and: a missing signal makes the whole expression empty (skipped, never healthy)
+        assert re.search(rf"and on \([^)]*\) \(llmdiag:{gate.signal}:{gate.stat}5m\{{[^}}]*\}} {gate.op} ", condition)
+    alerts = _alerts()
+    assert rule.severity.critical is not None
+    assert alerts[("CMP001", "warning")]["expr"].startswith(
+        f'(llmdiag:rule_past_warning:value5m{{code="CMP001",llmdiag_server="vllm"}} < {rule.severity.critical:g})'
+    )
+    assert f">= {rule.severity.critical:g})" in alerts[("CMP001", "critical")]["expr"]
+
+
+def test_labels_and_annotations() -> None:
+    alert = _alerts(runbook_url="https://runbooks.example/{code}/{slug}")[("MEM001", "critical")]
+    assert alert["alert"] == "LLMDiagKvCacheSaturated"
+    assert alert["labels"] == {"severity": "critical", "code": "MEM001", "class": "memory", "llmdiag_server": "vllm"}
+    assert alert["annotations"]["runbook_url"] == "https://runbooks.example/MEM001/kv-cache-saturated"
+    assert "{{ $value" in alert["annotations"]["summary"]
+    assert "--gpu-memory-utilization 0.95" in alert["annotations"]["fix"]  # vLLM's own flags
+    assert alert["for"] == "2m"
+    sglang = _alerts("sglang")[("MEM001", "warning")]
+    assert (
+        "--mem-fraction-static" in sglang["annotations"]["fix"]
+        and "--gpu-memory-utilization" not in sglang["annotations"]["fix"]
+    )
+
+
+def test_a_sanity_rule_silences_the_capacity_alerts_that_read_what_it_doubts() -> None:
+    alerts = _alerts()
+    # SAN001 doubts bounded gauges (KV usage): SCH001 reads the KV gauge, SCH004 reads only a counter
+    assert "SAN001" in _silencers(alerts[("SCH001", "warning")])
+    assert "SAN001" not in _silencers(alerts[("SCH004", "warning")])
+    # SAN002 (a restart) doubts every rate
+    assert "SAN002" in _silencers(alerts[("SCH004", "critical")])
+    # sanity alerts themselves are never silenced
+    assert not _silencers(alerts[("SAN002", "warning")])
+
+
+def test_precedence_comes_from_the_cause_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    alerts = _alerts()
+    memory_codes = {code for code, _ in alerts if code.startswith("MEM")}
+    assert memory_codes <= _silencers(alerts[("SCH001", "warning")])  # memory explains scheduling
+    # a stall explains every capacity finding (MEM007 is memory's stall): the rest of memory's rules
+    memory_codes = {code for code in memory_codes if not (rule := find_rule(code)) or not rule.stall}
+    assert not memory_codes & _silencers(alerts[("CMP002", "warning")])  # memory does not explain compute
+    # a new edge in CAUSES (memory explains compute) appears in the export: the graph is read, not copied
+    graph = {cause: dict(symptoms) for cause, symptoms in causes.CAUSES.items()}
+    graph[Category.memory][Category.compute] = "a test's edge"
+    monkeypatch.setattr(causes, "CAUSES", graph)
+    assert memory_codes <= _silencers(_alerts()[("CMP002", "warning")])
+
+
+def test_a_stand_in_rule_judges_only_where_the_rule_it_stands_in_for_cannot() -> None:
+    mem005 = find_rule("MEM005")
+    assert mem005 is not None and mem005.instead_of == "MEM001"
+    condition = _conditions()["MEM005"]
+    assert "unless on (" in condition and "llmdiag:preemptions_per_finished_request:value5m" in condition
+
+
+def test_fleet_and_regression_rules_are_listed_as_left_out() -> None:
+    text = export_rules(server="vllm")
+    assert "#   SCH008: fleet scope" in text
+    assert "#   REG001: compares with a baseline" in text
+    assert "SCH008" not in {code for code, _ in _alerts()}
+
+
+@pytest.mark.parametrize("code", ["MEM001", "MEM003", "MEM005", "SCH001", "SCH002", "SCH003", "SCH004", "CMP001"])
+def test_the_rules_the_issue_names_are_expressible_for_vllm(code: str) -> None:
+    assert (code, "warning") in _alerts()
+
+
+@pytest.mark.parametrize("code", ["CMP002", "SAN001", "SAN002", "SAN003"])
+def test_the_rest_the_issue_names_are_expressible_for_vllm(code: str) -> None:
+    assert (code, "warning") in _alerts()
+
+
+def test_prometheusrule_holds_the_same_groups() -> None:
+    plain = yaml.safe_load(export_rules(server="tgi"))
+    resource = yaml.safe_load(export_rules(server="tgi", format="prometheusrule"))
+    assert resource["apiVersion"] == "monitoring.coreos.com/v1" and resource["kind"] == "PrometheusRule"
+    assert resource["spec"] == plain
+
+
+def test_label_values_and_text_are_escaped_yaml() -> None:
+    nasty = 'job="a\\"b: #c"'
+    document = yaml.safe_load(export_rules(server="vllm", selector="{" + nasty + "}"))
+    exprs = [r["expr"] for r in document["groups"][0]["rules"]]
+    assert any(nasty in e for e in exprs)  # the matcher survives the YAML round trip verbatim
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "names"),
+    [
+        ({"server": "nginx"}, "server"),
+        ({"selector": '{job="vllm"'}, "selector"),
+        ({"selector": "job=vllm"}, "selector"),
+        ({"window": "5 minutes"}, "window"),
+        ({"for_duration": "0s"}, "for_duration"),
+        ({"format": "json"}, "format"),
+        ({"runbook_url": "https://x/{rule}"}, "runbook_url"),
+    ],
+)
+def test_bad_input_is_a_usage_error_naming_the_option(kwargs: dict, names: str) -> None:
+    with pytest.raises(UsageError) as raised:
+        export_rules(**kwargs)
+    assert names in raised.value.message and raised.value.hint
+
+
+def test_window_names() -> None:
+    assert window_name(parse_duration("5m")) == "5m"
+    assert window_name(90) == "90s" and window_name(3600) == "1h"
+
+
+def test_an_info_label_is_not_expressible() -> None:
+    recorder = Recorder(probe=load_probe("vllm"), window_seconds=300)
+    with pytest.raises(Exception, match="label"):
+        recorder.ref("kv_cache_blocks", "value")
