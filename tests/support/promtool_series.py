@@ -10,8 +10,10 @@ minutes. Each series is extended over the test's span so that what the rules mea
   histogram keep their measured increments, so ``histogram_quantile`` over bucket rates reads the recording's
   distribution of the window (the buckets stay cumulative: a lower bucket never rises faster than a higher one);
 * gauges: the recorded values in order, one per ``interval``, repeated (``axN`` when all six are equal). Any window
-  of six steps or more holds every recorded value, so ``avg_over_time`` is the recorded mean (within one sample's
-  share), and ``max_over_time``/``min_over_time`` are the recorded peak and floor.
+  of six steps or more holds every recorded value, so ``max_over_time``/``min_over_time`` are the recorded peak and
+  floor, and ``avg_over_time`` is the recorded mean: exactly over a multiple of six samples, and otherwise within
+  the recorded range times the share of the extra samples (a 5 m window at 15 s holds 21 samples: three replays and
+  three more values, so within 1/7 of the range).
 
 Every series also gets the labels Prometheus attaches to a scraped target (``job``, ``instance``). A counter that
 fell between the first and last scrape (a restart) cannot be extended at a rate and is refused.
