@@ -11,8 +11,9 @@ import typer
 from rich.table import Table
 
 from llmdiag.api.alerting import DEFAULT_FOR, DEFAULT_RUNBOOK_URL, DEFAULT_WINDOW, FORMATS, SERVERS, export_rules
+from llmdiag.cli.options import ConfigOpt, SloTpotOpt
 from llmdiag.cli.output import cannot_write, fail, stderr, stdout
-from llmdiag.config import DEFAULT_SLO_TPOT_SECONDS
+from llmdiag.config import load_settings
 from llmdiag.errors import LlmdiagError, UsageError
 from llmdiag.render.docs import render_rule_markdown, write_rule_docs
 from llmdiag.render.files import write_atomic
@@ -86,9 +87,8 @@ def rules_export(
     runbook_url: Annotated[
         str, typer.Option("--runbook-url", help="Each alert's runbook link; {code} and {slug} are filled in")
     ] = DEFAULT_RUNBOOK_URL,
-    slo_tpot: Annotated[
-        float, typer.Option("--slo-tpot", help="The TPOT SLO in seconds that CMP001 judges the mean ITL against")
-    ] = DEFAULT_SLO_TPOT_SECONDS,
+    slo_tpot: SloTpotOpt = None,
+    config: ConfigOpt = None,
     out: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write the YAML here (atomically), not to stdout")
     ] = None,
@@ -98,7 +98,7 @@ def rules_export(
     Per server, a group `llmdiag-<server>-recording` (every signal the rules read, as `llmdiag:<signal>:<stat><window>`)
     and a group `llmdiag-<server>-alerts` (one alert per rule code and severity, labelled code, severity, class).
     The alerts tell you when; `llmdiag scan` of the target tells you why. Rules PromQL cannot express are listed in the
-    file's comments with the reason.
+    file's comments with the reason. llmdiag.toml's threshold overrides and muted rules apply, as in a scan.
     """
     try:
         text = export_rules(
@@ -108,6 +108,7 @@ def rules_export(
             window=window,
             for_duration=for_duration,
             runbook_url=runbook_url,
+            settings=load_settings(config),
             slo_tpot_seconds=slo_tpot,
         )
     except LlmdiagError as error:

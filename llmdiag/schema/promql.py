@@ -54,8 +54,8 @@ UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w"
 DURATION_HINT = "e.g. 90s, 5m, 1h30m"
 
 
-def parse_duration(text: str, what: str = "duration") -> float:
-    """'90s', '5m', '1h30m', '500ms', or plain seconds."""
+def parse_duration(text: str, what: str = "duration", zero: bool = False) -> float:
+    """'90s', '5m', '1h30m', '500ms', or plain seconds; positive, or 0 too where ``zero`` allows it."""
     raw = text.strip()
     try:
         value = float(raw)
@@ -64,8 +64,8 @@ def parse_duration(text: str, what: str = "duration") -> float:
         if not pieces or "".join(n + u for n, u in pieces) != raw:
             raise UsageError(f"{what} '{text}' is not a duration", DURATION_HINT) from None
         value = sum(float(n) * UNIT_SECONDS[u] for n, u in pieces)
-    if not value > 0 or value == float("inf"):
-        raise UsageError(f"{what} '{text}' must be positive", DURATION_HINT)
+    if not (value > 0 or (zero and value == 0)) or value == float("inf"):
+        raise UsageError(f"{what} '{text}' must be {'0 or more' if zero else 'positive'}", DURATION_HINT)
     return value
 
 
@@ -111,6 +111,8 @@ def duration(seconds: float) -> str:
 def window_name(seconds: float) -> str:
     """A window as it appears in recording names: 5m, 90s, 1h."""
     whole = int(round(seconds))
+    if seconds == 0:
+        return "0s"
     if abs(seconds - whole) > 1e-9 or whole <= 0:
         return duration(seconds)
     for unit, size in (("h", 3600), ("m", 60)):

@@ -896,7 +896,7 @@ def test_whatif_on_a_load_report_without_verdicts_is_refused(tmp_path):
         (("--selector", "job=vllm"), "--selector"),
         (("--window", "5 minutes"), "--window"),
         (("--for", "-2m"), "--for"),
-        (("--format", "grafana"), "--format"),
+        (("--format", "json"), "--format"),
         (("--runbook-url", "https://runbooks.example/{rule}"), "--runbook-url"),
     ],
     ids=["server", "selector-brace", "selector-matchers", "window", "for", "format", "runbook-url"],

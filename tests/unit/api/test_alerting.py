@@ -196,7 +196,8 @@ def test_label_values_and_text_are_escaped_yaml() -> None:
         ({"selector": '{job="vllm"'}, "selector"),
         ({"selector": "job=vllm"}, "selector"),
         ({"window": "5 minutes"}, "window"),
-        ({"for_duration": "0s"}, "for_duration"),
+        ({"for_duration": "-1s"}, "for_duration"),
+        ({"window": "0s"}, "window"),
         ({"format": "json"}, "format"),
         ({"runbook_url": "https://x/{rule}"}, "runbook_url"),
     ],
@@ -209,10 +210,50 @@ def test_bad_input_is_a_usage_error_naming_the_option(kwargs: dict, names: str) 
 
 def test_window_names() -> None:
     assert window_name(parse_duration("5m")) == "5m"
-    assert window_name(90) == "90s" and window_name(3600) == "1h"
+    assert window_name(90) == "90s" and window_name(3600) == "1h" and window_name(0) == "0s"
+    alerts = _alerts(for_duration="0s")
+    assert alerts[("MEM001", "warning")]["for"] == "0s"
 
 
 def test_an_info_label_is_not_expressible() -> None:
     recorder = Recorder(probe=load_probe("vllm"), window_seconds=300)
     with pytest.raises(Exception, match="label"):
         recorder.ref("kv_cache_blocks", "value")
+
+
+def test_grafana_draws_each_ladders_thresholds_on_its_signals_panel() -> None:
+    import json
+
+    dashboard = json.loads(export_rules(server="vllm", format="grafana", window="2m"))
+    panels = {p["title"]: p for p in dashboard["panels"] if p["type"] == "timeseries"}
+    recorded = [name for name in _records(window="2m") if name.endswith("2m")]
+    assert len(panels) == len(recorded)  # one panel per signal the rules read over the window
+    for code in ("MEM001", "SCH004"):
+        rule = find_rule(code)
+        assert rule is not None
+        panel = panels[f"{rule.severity.signal} {rule.severity.stat} (2m)"]
+        steps = [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+        assert steps == [None, rule.severity.warning, rule.severity.critical]
+        assert panel["targets"][0]["expr"] == (
+            f'llmdiag:{rule.severity.signal}:{rule.severity.stat}2m{{llmdiag_server="vllm"}}'
+        )
+
+
+def test_the_settings_overrides_and_mutes_apply_as_in_a_scan() -> None:
+    from llmdiag.config import Mute, RuleOverride, Settings
+
+    settings = Settings(
+        slo_tpot_seconds=0.1,
+        rules={"SCH001": RuleOverride(warning=2.5, critical=7.5)},
+        mute=[Mute(code="SCH012", reason="the router queues on purpose")],
+    )
+    conditions = _conditions(settings=settings)
+    assert 'llmdiag:requests_waiting_avg:value5m{llmdiag_server="vllm"} >= 2.5' in conditions["SCH001"]
+    assert "SCH012" not in conditions
+    alerts = _alerts(settings=settings)
+    assert "< 7.5)" in alerts[("SCH001", "warning")]["expr"] and ">= 7.5)" in alerts[("SCH001", "critical")]["expr"]
+    assert "#   SCH012: muted in the settings: the router queues on purpose" in export_rules(
+        server="vllm", settings=settings
+    )
+    assert "/ 0.1" in _records(settings=settings)["llmdiag:itl_mean_over_slo_tpot_ratio:value5m"]
+    assert "/ 0.2" in _records(settings=settings, slo_tpot_seconds=0.2)["llmdiag:itl_mean_over_slo_tpot_ratio:value5m"]
