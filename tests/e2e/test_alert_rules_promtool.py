@@ -18,7 +18,8 @@ reads the queue from the ``_sum`` rates, as the scan does), SCH004 on ``admissio
 needs the physics tables and a fit that the export lists as not expressible in PromQL), and none at all on
 ``healthy`` and ``idle``. The expected code of each state must also be the primary finding of ``llmdiag analyze`` of
 the same six scrapes, so the alert and the scan agree: the same severity, the alert's value (in its summary) the
-value analyze measured for the rule's severity signal, and every alert that fires a finding analyze lists.
+value analyze measured for the rule's severity signal, and every alert that fires a finding analyze lists. An export
+with a ``--selector`` for another job fires nothing on the same series.
 """
 
 from __future__ import annotations
@@ -387,3 +388,20 @@ def test_alerts_and_analyze_agree_on_every_recorded_state(probe) -> None:
         # too is held back by the precedence guard, as SCH002 behind CMP002 on compute)
         findings = {f"{f['code']} {f['severity']}" for f in analyze(state)["findings"]}
         assert set(firing(probe(state))) <= findings, (state, alerts, findings)
+
+
+@pytest.mark.parametrize(("selector", "fires"), [('{job="vllm"}', True), ('{job="another-job"}', False)])
+def test_the_selector_scopes_the_alerts(selector, fires, tmp_path) -> None:
+    """The KV-starved state's MEM001 fires through an export whose --selector matches the scraped job, and nothing
+    fires through one that names another job: every raw series the rules read carries the selector."""
+    promtool_series.require()
+    out = tmp_path / "llmdiag-rules.yml"
+    result = run_cli("rules", "export", "--server", "vllm", "--selector", selector, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    names = sorted({a.name for a in alert_rules(out.read_text())})
+    cases = [{"eval_time": f"{EVAL_TIME_S}s", "alertname": name, "exp_alerts": []} for name in names]
+    run = run_promtool(tmp_path, out, cases, series("memory"))
+    if fires:
+        assert "MEM001 critical" in firing(run), run.output[-3000:]
+    else:
+        assert run.returncode == 0 and "SUCCESS" in run.output, firing(run)
