@@ -106,9 +106,14 @@ def _on(expr: str) -> str:
 
 
 def _elsewhere(signal: str) -> str:
-    for declared in load_signal_registry().of(signal):
-        if declared.producer in ELSEWHERE:
-            return f"{signal}: from {ELSEWHERE[declared.producer]}"
+    """Why no rule can read a signal this server's page lacks: where it comes from, when not from a server's page
+    ('' for another server's metric: the caller says this one lacks it)."""
+    declared = load_signal_registry().of(signal)
+    if any(d.producer.startswith("probe:") and d.producer not in ELSEWHERE for d in declared):
+        return ""
+    for item in declared:
+        if item.producer in ELSEWHERE:
+            return f"{signal}: from {ELSEWHERE[item.producer]}"
     return ""
 
 

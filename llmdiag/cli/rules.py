@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from llmdiag.api.alerting import DEFAULT_FOR, DEFAULT_RUNBOOK_URL, DEFAULT_WINDOW, FORMATS, SERVERS, export_rules
@@ -93,13 +94,7 @@ def rules_export(
         Path | None, typer.Option("--output", "-o", help="Write the YAML here (atomically), not to stdout")
     ] = None,
 ) -> None:
-    """The rule catalogue as Prometheus recording and alerting rules: load the file with `rule_files:`.
-
-    Per server, a group `llmdiag-<server>-recording` (every signal the rules read, as `llmdiag:<signal>:<stat><window>`)
-    and a group `llmdiag-<server>-alerts` (one alert per rule code and severity, labelled code, severity, class).
-    The alerts tell you when; `llmdiag scan` of the target tells you why. Rules PromQL cannot express are listed in the
-    file's comments with the reason. llmdiag.toml's threshold overrides and muted rules apply, as in a scan.
-    """
+    """The rules as Prometheus recording and alerting rules (load with `rule_files:`): alerts say when, a scan why."""
     try:
         text = export_rules(
             format=format,
@@ -120,4 +115,4 @@ def rules_export(
         write_atomic(out, text)
     except OSError as exc:
         fail(cannot_write(out, exc, "--output"))
-    stderr.print(f"[dim]rules written to {out}[/]")
+    stderr.print(f"[dim]rules written to {escape(str(out))}[/]")

@@ -56,6 +56,9 @@ class SignalSpec(_Strict):
     # gauges: each sample divided by this gauge's total in the same scrape (TGI's reserved tokens over its token
     # budget); a scrape without it (or with it at zero) has no value
     divide_by: str | None = None
+    # gauges that only count up (Triton's iteration number): PromQL forms (llmdiag.schema.promql) may read their
+    # rate and increase over the window, as of a counter; the scan reads them as a gauge
+    monotonic: bool = False
 
     @model_validator(mode="after")
     def _units_in_names(self) -> SignalSpec:
@@ -65,6 +68,8 @@ class SignalSpec(_Strict):
             raise ValueError("info signals need 'label', the label that carries the number")
         if self.divide_by is not None and self.kind != "gauge":
             raise ValueError("divide_by applies to gauges only")
+        if self.monotonic and self.kind != "gauge":
+            raise ValueError("monotonic applies to gauges only (a counter counts up by its kind)")
         return self
 
 
@@ -83,6 +88,16 @@ class ByDesignSpec(_Strict):
         if self.kind == "counter" and not self.name.endswith("_per_second"):
             raise ValueError("counter signals become rates: their name must end in _per_second")
         return self
+
+
+class EstimateSpec(_Strict):
+    """A signal this page gives only indirectly, estimated from the probe's own signals as the scan estimates it
+    (e.g. llmdiag.collect.servers.trtllm.finish_prometheus_signals): its PromQL per stat, over ``{signal.stat}`` and
+    ``{window_seconds}`` (llmdiag.schema.promql), for the rule export. ``help`` says the estimate and its bias."""
+
+    name: str
+    promql: dict[str, str] = Field(min_length=1)
+    help: str = Field(min_length=1)
 
 
 class DetectJsonSpec(_Strict):
@@ -122,6 +137,7 @@ class ProbeSpec(_Strict):
     # caveats about this server's metrics, shown with the probe in the coverage
     notes: list[str] = Field(default_factory=list)
     by_design: list[ByDesignSpec] = Field(default_factory=list)
+    estimate: list[EstimateSpec] = Field(default_factory=list)
     signal: list[SignalSpec]
 
     @field_validator("signal")
@@ -138,4 +154,7 @@ class ProbeSpec(_Strict):
         both = {s.name for s in self.signal} & {b.name for b in self.by_design}
         if both:
             raise ValueError(f"signals both measured and fixed by design: {sorted(both)}")
+        estimated = {e.name for e in self.estimate} & ({s.name for s in self.signal} | {b.name for b in self.by_design})
+        if estimated:
+            raise ValueError(f"signals both measured (or fixed) and estimated: {sorted(estimated)}")
         return self

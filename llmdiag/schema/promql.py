@@ -39,6 +39,7 @@ RECORD_PREFIX = "llmdiag"
 PART_LABEL = "llmdiag_part"  # tells the members of a max-of-estimates apart for one `max without`
 QUANTILE_STATS = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 GAUGE_OVER_TIME = {"last": "last_over_time", "mean": "avg_over_time", "min": "min_over_time", "max": "max_over_time"}
+COUNTER_STATS = ("rate", "increase")
 AGGREGATE_OP = {"sum": "sum", "mean": "avg", "max": "max", "min": "min"}
 # a derived form's references: {signal.stat}, and the window's length in seconds
 REF_RE = re.compile(r"\{([a-z][a-z0-9_]*)\.([a-z0-9_]+)\}")
@@ -82,12 +83,20 @@ def selector_matchers(selector: str | None) -> str:
             )
         inner = inner[1:-1]
     inner = inner.strip().strip(",")
-    if inner and not re.match(r"^\s*[A-Za-z_][A-Za-z0-9_]*\s*(=~|!~|!=|=)\s*\"", inner):
+    if inner and not MATCHER_LIST_RE.fullmatch(inner):
         raise UsageError(
             f"{option('selector')} '{selector}' is not a label matcher list",
             f'e.g. {option("selector")} \'{{job="vllm",namespace="prod"}}\'',
         )
     return inner
+
+
+# label="value" (=, !=, =~, !~; a "double" or 'single' quoted string with backslash escapes, or a `raw` one),
+# comma-separated: all of the braces' inside, so a bad matcher is refused here, not by Prometheus (a 400 for a
+# query, an invalid rule file for an export)
+_STRING = r'(?:"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|`[^`]*`)'
+_MATCHER = rf"\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*{_STRING}\s*"
+MATCHER_LIST_RE = re.compile(f"{_MATCHER}(?:,{_MATCHER})*")
 
 
 def escape(value: str) -> str:
@@ -203,6 +212,15 @@ class Recorder:
             if fixed.value is None:
                 raise Inexpressible(f"{signal}: {fixed.reason}")
             return number(fixed.value)
+        estimate = next((e for e in self.probe.estimate if e.name == signal), None)
+        if estimate is not None:
+            if stat not in estimate.promql:
+                raise Inexpressible(f"{signal}: {self.probe.name}'s estimate gives no {stat}")
+            record = self._name(signal, stat)
+            if record in self.rules:
+                return self.read(record)
+            expr, inputs = self._fill(estimate.promql[stat])
+            return self._keep(record, expr, inputs)
         if signal in SANITY_COUNTS:
             return self._keep(self._name(signal, stat), SANITY_COUNTS[signal](self), frozenset(self._sanity(signal)))
         form = self.derived.get(signal)
@@ -225,6 +243,9 @@ class Recorder:
         if spec.kind == "info":
             raise Inexpressible(f"{spec.name} is a label's value ({spec.label}), which PromQL cannot read as a number")
         inputs = frozenset({spec.name})
+        if spec.kind == "gauge" and spec.monotonic and stat in COUNTER_STATS:  # a count kept in a gauge
+            expr = self._alternatives(spec, lambda wire: self._counter(spec, wire, stat))
+            return self._keep(self._name(spec.name, stat), expr, inputs)
         if spec.kind == "gauge":
             if stat not in GAUGE_OVER_TIME and stat != "p90":
                 raise Inexpressible(f"{spec.name} is a gauge, with no {stat}")

@@ -41,7 +41,7 @@ from llmdiag.errors import RuleSpecError
 from llmdiag.schema.base import _Strict
 from llmdiag.schema.logs import LogSpec
 from llmdiag.schema.probes import STAT_NAMES, ProbeSpec
-from llmdiag.schema.promql import REF_RE, WINDOW_REF, DerivedForm, refs_of
+from llmdiag.schema.promql import COUNTER_STATS, REF_RE, WINDOW_REF, DerivedForm, refs_of
 from llmdiag.schema.rules import PLACEHOLDER_RE, RuleSpec, SignalRef
 
 SIGNALS_PATH = "probes/signals.toml"
@@ -208,7 +208,8 @@ def _log_declarations(logs: LogSpec) -> list[DeclaredSignal]:
 def build_registry(code: SignalCatalogue, probes: Iterable[ProbeSpec], logs: LogSpec) -> SignalRegistry:
     """One registry of the three declarations; RuleSpecError where one name is given two units."""
     declared = list(code.signal) + _log_declarations(logs)
-    for spec in probes:
+    probe_specs = list(probes)
+    for spec in probe_specs:
         declared += _probe_declarations(spec)
     units: dict[str, DeclaredSignal] = {}
     for item in declared:
@@ -220,6 +221,15 @@ def build_registry(code: SignalCatalogue, probes: Iterable[ProbeSpec], logs: Log
                 f"{item.producer} makes it in {item.unit!r}, {first.producer} in {first.unit!r}: one unit per name",
             )
     registry = SignalRegistry(declared=tuple(declared), producers=tuple(code.producer))
+    for spec in probe_specs:
+        for estimate in spec.estimate:
+            for stat, text in estimate.promql.items():
+                why = registry.ref_problem(estimate.name, stat) or next(
+                    (f"{{{n}.{st}}}: {p}" for n, st in refs_of(text) if (p := _estimate_ref(registry, spec, n, st))),
+                    None,
+                )
+                if why:
+                    raise RuleSpecError(f"probes/{spec.name}.toml", f"estimate.{estimate.name}.{stat}", why)
     for item in code.signal:
         if item.producer == "derived" and not (item.promql or item.promql_unavailable):
             why_not = "a derived signal needs promql, or promql_unavailable (why not)"
@@ -232,6 +242,13 @@ def build_registry(code: SignalCatalogue, probes: Iterable[ProbeSpec], logs: Log
             if "{" in REF_RE.sub("", text.replace(WINDOW_REF, "")):
                 raise RuleSpecError(SIGNALS_PATH, f"{item.name}.promql", "a brace that is not a {signal.stat}")
     return registry
+
+
+def _estimate_ref(registry: SignalRegistry, spec: ProbeSpec, name: str, stat: str) -> str | None:
+    """Why an estimate cannot read ``name``'s ``stat``: as a rule, or a monotonic gauge's rate and increase."""
+    if stat in COUNTER_STATS and any(s.name == name and s.monotonic for s in spec.signal):
+        return None
+    return registry.ref_problem(name, stat)
 
 
 def derived_forms(registry: SignalRegistry) -> dict[str, DerivedForm]:

@@ -894,12 +894,13 @@ def test_whatif_on_a_load_report_without_verdicts_is_refused(tmp_path):
         (("--server", "nginx"), "--server"),
         (("--selector", '{job="vllm"'), "--selector"),
         (("--selector", "job=vllm"), "--selector"),
+        (("--selector", '{job="vllm}'), "--selector"),
         (("--window", "5 minutes"), "--window"),
         (("--for", "-2m"), "--for"),
         (("--format", "json"), "--format"),
         (("--runbook-url", "https://runbooks.example/{rule}"), "--runbook-url"),
     ],
-    ids=["server", "selector-brace", "selector-matchers", "window", "for", "format", "runbook-url"],
+    ids=["server", "selector-brace", "selector-matchers", "selector-string", "window", "for", "format", "runbook-url"],
 )
 def test_rules_export_bad_option(args: tuple[str, str], named: str):
     error, hint = assert_clean_error(run_cli("rules", "export", *args))

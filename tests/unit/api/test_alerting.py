@@ -257,3 +257,41 @@ def test_the_settings_overrides_and_mutes_apply_as_in_a_scan() -> None:
     )
     assert "/ 0.1" in _records(settings=settings)["llmdiag:itl_mean_over_slo_tpot_ratio:value5m"]
     assert "/ 0.2" in _records(settings=settings, slo_tpot_seconds=0.2)["llmdiag:itl_mean_over_slo_tpot_ratio:value5m"]
+
+
+def test_a_probes_estimate_stands_in_for_a_signal_its_page_lacks() -> None:
+    spec = load_probe("trtllm")
+    assert "preemptions_per_second" not in {s.name for s in spec.signal}  # the page has no preemption counter
+    rate = _records("trtllm")["llmdiag:preemptions_per_second:rate5m"]
+    assert rate == (
+        'llmdiag:requests_paused:mean5m{llmdiag_server="trtllm"} / '
+        '(llmdiag:iteration_latency_seconds:mean5m{llmdiag_server="trtllm"} > 0)'
+    )
+    assert "SCH001" in _conditions("trtllm")  # its gate reads the estimate
+
+
+def test_a_monotonic_gauge_is_read_as_a_count_only_in_promql_forms() -> None:
+    counter = next(s for s in load_probe("triton").signal if s.name == "iteration_counter")
+    assert counter.kind == "gauge" and counter.monotonic  # the scan reads it as a gauge
+    records = _records("triton")
+    assert (
+        'rate(nv_trt_llm_general_metrics{general_type="iteration_counter"}[5m])'
+        in records["llmdiag:iteration_counter:rate5m"]
+    )
+    assert (
+        records["llmdiag:itl_seconds:mean5m"] == '1 / (llmdiag:iteration_counter:rate5m{llmdiag_server="triton"} > 0)'
+    )
+    with pytest.raises(Exception, match="no rate"):
+        Recorder(probe=load_probe("vllm"), window_seconds=300).ref("requests_running", "rate")
+
+
+@pytest.mark.parametrize("server", alerting.SERVERS)
+def test_every_rule_is_exported_or_listed_with_its_reason(server: str) -> None:
+    from llmdiag.schema.loader import load_rules
+
+    text = export_rules(server=server)
+    exported = {code for code, _ in _alerts(server)}
+    listed = dict(re.findall(r"^#   ([A-Z]{3}\d{3}): (.+)$", text, re.M))
+    codes = {r.code for r in load_rules() if r.status != "deprecated"}
+    assert exported | set(listed) == codes and not exported & set(listed)
+    assert all(len(why) > 10 for why in listed.values())

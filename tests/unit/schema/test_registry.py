@@ -122,6 +122,17 @@ def test_a_derived_signals_promql_form_is_checked_against_the_registry(update: d
     assert reason in info.value.reason
 
 
+def test_a_probes_estimate_is_checked_against_the_registry():
+    probes = [load_probe(n) for n in probe_names()]
+    trtllm = next(p for p in probes if p.name == "trtllm")
+    estimate = trtllm.estimate[0]
+    broken = estimate.model_copy(update={"promql": {"rate": "{requests_paused.p99}"}})
+    probes[probes.index(trtllm)] = trtllm.model_copy(update={"estimate": [broken]})
+    with pytest.raises(RuleSpecError) as info:
+        build_registry(load_code_signals(), probes, load_log_spec())
+    assert info.value.path == "probes/trtllm.toml" and "p99" in info.value.reason
+
+
 def test_every_derived_signal_says_its_promql_form_or_why_not():
     for declared in REGISTRY.declared:
         if declared.producer == "derived":
