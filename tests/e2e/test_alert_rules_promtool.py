@@ -18,8 +18,8 @@ reads the queue from the ``_sum`` rates, as the scan does), SCH004 on ``admissio
 needs the physics tables and a fit that the export lists as not expressible in PromQL), and none at all on
 ``healthy`` and ``idle``. The expected code of each state must also be the primary finding of ``llmdiag analyze`` of
 the same six scrapes, so the alert and the scan agree: the same severity, the alert's value (in its summary) the
-value analyze measured for the rule's severity signal, and every alert that fires a finding analyze lists. An export
-with a ``--selector`` for another job fires nothing on the same series.
+value analyze measured for the rule's severity signal, and every alert that fires a finding analyze lists (advisory
+where the finding is). An export with a ``--selector`` for another job fires nothing on the same series.
 """
 
 from __future__ import annotations
@@ -388,6 +388,11 @@ def test_alerts_and_analyze_agree_on_every_recorded_state(probe) -> None:
         # too is held back by the precedence guard, as SCH002 behind CMP002 on compute)
         findings = {f"{f['code']} {f['severity']}" for f in analyze(state)["findings"]}
         assert set(firing(probe(state))) <= findings, (state, alerts, findings)
+        # an advisory finding (CMP001: the TPOT SLO, not a proven class) is an alert labelled advisory="true"
+        advisory = {f["code"]: f["advisory"] for f in analyze(state)["findings"]}
+        for alert in probe(state).got:
+            code = alert.labels["code"]
+            assert (alert.labels.get("advisory") == "true") == advisory[code], (state, alert.labels)
 
 
 @pytest.mark.parametrize(("selector", "fires"), [('{job="vllm"}', True), ('{job="another-job"}', False)])
