@@ -14,9 +14,10 @@ alert per rule code and severity). An alert's expression is its rule, as the sca
 - ``unless`` the condition of every class whose cause explains its class (llmdiag.engine.causes.CAUSES, the graph
   the verdict uses), and of every stall rule: the cause pages, its symptoms do not.
 
-Left out, and said so in the file's comments: rules whose inputs never reach Prometheus (canaries, NVML, host,
-traces, logs, baselines), fleet-scope rules (they compare replicas: ``llmdiag fleet``), and regression rules (they
-compare with check's history).
+DCGM's gauges are joined to each server target (by pod, else by host). Left out, and said so in the file's comments:
+rules whose inputs never reach Prometheus (canaries, NVML, host, traces, logs, baselines) or need a per-GPU figure,
+fleet-scope rules (they compare replicas: ``llmdiag fleet``), and regression rules (they compare with check's
+history).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ ELSEWHERE = {
     "trtllm-records": "TensorRT-LLM's JSON iteration records, not in Prometheus",
     "probe:nvml": "NVML on the GPU host, not in Prometheus",
     "probe:host": "the host's own counters (/proc), not in Prometheus",
-    "probe:dcgm": "DCGM series, which a scan joins to the server by host name: a rule has no such join",
+    "probe:dcgm": "DCGM, which this export does not join to the server",
     "nccl-log": "an NCCL debug log, not in Prometheus",
     "nccl-tests": "nccl-tests' output, not in Prometheus",
     "nvidia-smi": "pasted nvidia-smi output, not in Prometheus",
@@ -200,6 +201,7 @@ def _build_server(server: str, *, inner: str, window_seconds: float, settings: S
         derived=derived_forms(load_signal_registry()),
         constants={"slo_tpot_seconds": slo_tpot_seconds},
         elsewhere=_elsewhere,
+        telemetry=load_probe("dcgm"),
     )
     out = ServerExport(server=server, recorder=recorder)
     rules = [r for r in load_rules() if r.status != "deprecated"]

@@ -15,6 +15,8 @@ recording rules that make it:
 - a derived signal (probes/signals.toml) by its ``promql`` form, written over other signals' ``{signal.stat}``
   (and ``{window_seconds}``): a string, or a list whose largest expressible member is taken (the scan's
   max-of-estimates); or ``promql_unavailable``, the reason it has none;
+- a probe's ``[[estimate]]``: a signal its page gives only indirectly, as the scan estimates it;
+- DCGM's gauges, joined to each server target by pod, else by host (``telemetry``);
 - the collector's sanity counts (counter resets, implausible gauge samples) from the probe's own names.
 
 Every recorded series keeps the instance labels and gets ``llmdiag_server`` (a rule label), and every read of a
@@ -37,6 +39,7 @@ SERVER_LABEL = "llmdiag_server"  # set on every recorded series by the rule's la
 MATCH_LABELS = (*INSTANCE_LABELS, SERVER_LABEL)
 RECORD_PREFIX = "llmdiag"
 PART_LABEL = "llmdiag_part"  # tells the members of a max-of-estimates apart for one `max without`
+HOST_LABEL = "llmdiag_host"  # the host a server target and a DCGM exporter share, for the join
 QUANTILE_STATS = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 GAUGE_OVER_TIME = {"last": "last_over_time", "mean": "avg_over_time", "min": "min_over_time", "max": "max_over_time"}
 COUNTER_STATS = ("rate", "increase")
@@ -178,6 +181,9 @@ class Recorder:
     derived: dict[str, DerivedForm] = field(default_factory=dict)
     constants: dict[str, float] = field(default_factory=dict)
     elsewhere: Callable[[str], str] | None = None
+    # GPU telemetry beside the server (DCGM): its gauges joined to each server target by pod, else by host, as the
+    # fleet mode joins them (llmdiag.collect.prometheus.build._join_dcgm)
+    telemetry: ProbeSpec | None = None
     rules: dict[str, Recording] = field(default_factory=dict)
     # recorded name → the probe signals (raw, after derived forms are unfolded) it reads
     inputs: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -221,6 +227,9 @@ class Recorder:
                 return self.read(record)
             expr, inputs = self._fill(estimate.promql[stat])
             return self._keep(record, expr, inputs)
+        gpu = next((s for s in self.telemetry.signal if s.name == signal), None) if self.telemetry else None
+        if gpu is not None:
+            return self._telemetry_ref(gpu, stat)
         if signal in SANITY_COUNTS:
             return self._keep(self._name(signal, stat), SANITY_COUNTS[signal](self), frozenset(self._sanity(signal)))
         form = self.derived.get(signal)
@@ -252,9 +261,7 @@ class Recorder:
             op = AGGREGATE_OP[spec.aggregate]
             now_expr = self._alternatives(spec, lambda wire: self._gauge_now(spec, wire))
             now = self._keep(f"{RECORD_PREFIX}:{spec.name}:{op}", now_expr, inputs)
-            over = f"quantile_over_time(0.9, {now}[{self.window}])" if stat == "p90" else None
-            expr = over or f"{GAUGE_OVER_TIME[stat]}({now}[{self.window}])"
-            return self._keep(self._name(spec.name, stat), expr, inputs)
+            return self._over_window(spec, now, stat, inputs)
         if spec.kind == "counter":
             if stat not in ("rate", "increase"):
                 raise Inexpressible(f"{spec.name} is a counter, with no {stat}")
@@ -263,6 +270,12 @@ class Recorder:
         if stat not in (*QUANTILE_STATS, "mean", "count", "sum"):
             raise Inexpressible(f"{spec.name}'s {stat} needs each scrape's time, which a rule does not see")
         expr = self._alternatives(spec, lambda wire: self._histogram(spec, wire, stat))
+        return self._keep(self._name(spec.name, stat), expr, inputs)
+
+    def _over_window(self, spec: SignalSpec, now: str, stat: str, inputs: frozenset[str]) -> str:
+        """A gauge's window stat, over its per-target value recorded each evaluation (``now``)."""
+        over = f"quantile_over_time(0.9, {now}[{self.window}])" if stat == "p90" else None
+        expr = over or f"{GAUGE_OVER_TIME[stat]}({now}[{self.window}])"
         return self._keep(self._name(spec.name, stat), expr, inputs)
 
     def _alternatives(self, spec: SignalSpec, one: Callable[[str], str]) -> str:
@@ -304,6 +317,43 @@ class Recorder:
         if stat == "count":
             return over("_count", "increase", self._by())
         return self._scaled(spec, over("_sum", "increase", self._by()))
+
+    # ---- GPU telemetry, joined to the server targets
+
+    def _telemetry_ref(self, spec: SignalSpec, stat: str) -> str:
+        if spec.kind != "gauge" or spec.any_bits is not None:
+            what = "a bit mask" if spec.any_bits is not None else f"a {spec.kind}"
+            raise Inexpressible(f"{spec.name}: {what} of DCGM's, which the export does not join to the server yet")
+        if stat not in GAUGE_OVER_TIME and stat != "p90":
+            raise Inexpressible(f"{spec.name} is a gauge, with no {stat}")
+        op = AGGREGATE_OP[spec.aggregate]
+        inputs = frozenset({spec.name})
+        now = self._keep(
+            f"{RECORD_PREFIX}:{spec.name}:{op}", self._alternatives(spec, lambda w: self._joined(spec, w)), inputs
+        )
+        return self._over_window(spec, now, stat, inputs)
+
+    def _targets(self) -> str:
+        """One series per server target of this dialect (any of its names), with the instance labels."""
+        names = {n for s in self.probe.signal for n in s.metrics if s.kind in ("gauge", "counter")}
+        names |= {n + "_count" for s in self.probe.signal for n in s.metrics if s.kind == "histogram"}
+        regex = "|".join(re.escape(n).replace("\\:", ":") for n in sorted(names))
+        selector = "{" + ",".join([f'__name__=~"{regex}"', *([self.inner] if self.inner else [])]) + "}"
+        return self._keep(f"{RECORD_PREFIX}:targets:group", f"group by ({self._by()}) ({selector})", frozenset())
+
+    def _joined(self, spec: SignalSpec, wire: str) -> str:
+        """A telemetry gauge per server target: its pod's GPUs (dcgm-exporter's pod mapping), else its host's (the
+        exporter's Hostname label, else its instance's host). A mean over the GPUs, MIG instances counted apiece."""
+        op = AGGREGATE_OP[spec.aggregate]
+        matchers = [f'{k}="{escape(v)}"' for k, v in sorted(spec.match.items())] + ['pod!=""']
+        in_pods = wire + "{" + ",".join(matchers) + "}"
+        by_pod = f"{self._targets()} * on (namespace, pod) group_left () ({op} by (namespace, pod) ({in_pods}))"
+        tagged = vector(wire, "", spec.match)
+        for source, pattern in (("instance", "(.+):[0-9]+"), ("Hostname", "(.+)"), ("hostname", "(.+)")):
+            tagged = f'label_replace({tagged}, "{HOST_LABEL}", "$1", "{source}", "{pattern}")'
+        hosts = f'label_replace({self._targets()}, "{HOST_LABEL}", "$1", "instance", "(.+):[0-9]+")'
+        by_host = f"{hosts} * on ({HOST_LABEL}) group_left () ({op} by ({HOST_LABEL}) ({tagged}))"
+        return self._scaled(spec, f"({by_pod}) or max without ({HOST_LABEL}) ({by_host})")
 
     # ---- the collector's sanity counts
 

@@ -295,3 +295,18 @@ def test_every_rule_is_exported_or_listed_with_its_reason(server: str) -> None:
     codes = {r.code for r in load_rules() if r.status != "deprecated"}
     assert exported | set(listed) == codes and not exported & set(listed)
     assert all(len(why) > 10 for why in listed.values())
+
+
+def test_gpu_telemetry_is_joined_to_each_server_target_by_pod_else_by_host() -> None:
+    now = _records()["llmdiag:dram_active_ratio:avg"]
+    by_pod, by_host = now.split(" or max without (llmdiag_host) ", 1)
+    # dcgm-exporter's pod mapping first: the GPUs of the server's own pod
+    assert 'on (namespace, pod) group_left () (avg by (namespace, pod) (DCGM_FI_PROF_DRAM_ACTIVE{pod!=""}))' in by_pod
+    assert by_pod.startswith('(llmdiag:targets:group{llmdiag_server="vllm"} * ')
+    # else the host: the exporter's Hostname label over its instance's host, as the fleet mode joins it
+    assert by_host.index('"instance", "(.+):[0-9]+"') < by_host.index('"Hostname", "(.+)"')
+    assert "on (llmdiag_host) group_left () (avg by (llmdiag_host) (" in by_host
+    # the rules that read GPU telemetry export, and NET001's class silences the queue it explains
+    alerts = _alerts()
+    assert ("CMP004", "warning") in alerts and ("NET001", "warning") in alerts
+    assert "NET001" in _silencers(alerts[("SCH002", "warning")])
