@@ -94,7 +94,7 @@ def _series(instance: str, **values: str) -> list[dict[str, str]]:
 
 def test_the_guards_evaluate_as_the_scan_ranks(tmp_path: Path) -> None:
     """Prometheus's rule engine (promtool test rules) on series written for the logic, not recorded from a server
-    (the recorded states are tests/e2e/test_rules_promtool.py's): four targets, 15 s apart for 15 minutes.
+    (the recorded states are tests/e2e/test_alert_rules_promtool.py's): four targets, 15 s apart for 15 minutes.
     a: a queue beside a quiet KV cache and fast steps (the batch cap); b: the same queue with a full, preempting KV
     cache and 503s (memory explains the scheduling symptoms); c: 503s alone; d: 503s across a restart (SAN002)."""
     steady = {"finished": "0+3x60", "generated": "0+600x60", "prompted": "0+300x60"}
