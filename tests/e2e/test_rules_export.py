@@ -130,3 +130,39 @@ def test_the_guards_evaluate_as_the_scan_ranks(tmp_path: Path) -> None:
     spec.write_text(yaml.safe_dump(test))
     done = subprocess.run([promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_implausible_samples_bound_the_divided_value_as_the_scan_does(tmp_path: Path) -> None:
+    """TGI's batch-token ratio is tgi_batch_current_max_tokens over tgi_batch_max_total_tokens (the probe's
+    ``divide_by``); its [0, 1] bounds are the ratio's. A batch that reserved 4000 of a 10000-token budget is
+    plausible; 12000 of 10000 is not (SAN001). Two targets, 15 s apart for 15 minutes."""
+    inputs = [
+        {"series": f'tgi_batch_current_max_tokens{{job="tgi",instance="{i}"}}', "values": f"{held}x60"}
+        for i, held in (("ok", 4000), ("over", 12000))
+    ] + [
+        {"series": f'tgi_batch_max_total_tokens{{job="tgi",instance="{i}"}}', "values": "10000x60"}
+        for i in ("ok", "over")
+    ]
+    rules = tmp_path / "rules.yml"
+    assert run_cli("rules", "export", "--server", "tgi", "-o", str(rules)).returncode == 0
+    test = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": inputs,
+                "promql_expr_test": [
+                    {
+                        "expr": 'count by (code, instance) (ALERTS{alertstate="firing",code="SAN001"})',
+                        "eval_time": "10m",
+                        "exp_samples": [{"labels": '{code="SAN001",instance="over"}', "value": 1}],
+                    }
+                ],
+            }
+        ],
+    }
+    spec = tmp_path / "test.yml"
+    spec.write_text(yaml.safe_dump(test))
+    done = subprocess.run([promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

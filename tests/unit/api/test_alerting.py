@@ -310,3 +310,15 @@ def test_gpu_telemetry_is_joined_to_each_server_target_by_pod_else_by_host() -> 
     alerts = _alerts()
     assert ("CMP004", "warning") in alerts and ("NET001", "warning") in alerts
     assert "NET001" in _silencers(alerts[("SCH002", "warning")])
+
+
+@pytest.mark.parametrize("server", alerting.SERVERS)
+def test_implausible_samples_read_each_bounded_signal_as_the_signal_is(server: str) -> None:
+    """The valid range of a signal with ``divide_by`` is the ratio's (llmdiag.collect.signals checks it after the
+    division): the sanity count divides too, for every server."""
+    implausible = _records(server).get("llmdiag:implausible_samples:value5m", "")
+    for spec in load_probe(server).signal:
+        if spec.kind == "gauge" and spec.divide_by and (spec.valid_min is not None or spec.valid_max is not None):
+            for wire in spec.metrics:
+                assert f"({wire}) / on (job, instance, namespace, pod) group_left ()" in implausible
+                assert spec.divide_by in implausible
