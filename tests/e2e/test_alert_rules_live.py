@@ -249,7 +249,7 @@ def judge(row: Row, server: str, exported_codes: set[str], reasons: dict[str, st
     if not ok and known and sanity_ok and seen and {specs[c].category for c in seen} == {specs[row.primary].category}:
         row.verdict = f"known: {', '.join(sorted(seen))} for {row.primary} (see KNOWN)"
         return
-    # a value at the critical line: the warning alert stops where the critical one starts, each restarting its for:
+    # both still pending at every reading: neither past its for: yet (shown, so a slow start reads as such)
     flapping = {(row.primary, "warning"), (row.primary, "critical")} <= row.pending
     row.verdict = "agree" if ok else "DISAGREE" + (" (warning and critical both pending)" if flapping else "")
 

@@ -166,3 +166,54 @@ def test_implausible_samples_bound_the_divided_value_as_the_scan_does(tmp_path: 
     spec.write_text(yaml.safe_dump(test))
     done = subprocess.run([promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_value_hovering_at_the_critical_line_still_pages_as_a_warning(tmp_path: Path) -> None:
+    """503s at a rate that crosses SCH004's critical line every evaluation (0.8/s, then 0.2/s, over a 15 s window at
+    15 s scrapes): the critical alert's for: restarts each time and it never fires; the warning one fires, as the
+    value never leaves the warning band's floor. A steady 1/s fires the critical alert alone: never both."""
+    hovering, total = [], 0
+    for step in range(61):
+        hovering.append(str(total))
+        total += 12 if step % 2 == 0 else 3  # +12 then +3 in 15 s: 0.8/s then 0.2/s
+    inputs = [
+        {"series": 'vllm:admission_rejections_total{job="vllm",instance="hover"}', "values": " ".join(hovering)},
+        {"series": 'vllm:admission_rejections_total{job="vllm",instance="steady"}', "values": "0+15x60"},
+    ]
+    rules = tmp_path / "rules.yml"
+    done = run_cli("rules", "export", "--server", "vllm", "--window", "15s", "--for", "1m", "-o", str(rules))
+    assert done.returncode == 0, done.stderr
+    firing = 'count by (code, instance, severity) (ALERTS{alertstate="firing",code="SCH004"})'
+    expected = [("hover", "warning"), ("steady", "critical")]
+    test = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": inputs,
+                "promql_expr_test": [
+                    {
+                        "expr": firing,
+                        "eval_time": t,
+                        "exp_samples": [
+                            {"labels": f'{{code="SCH004",instance="{i}",severity="{s}"}}', "value": 1}
+                            for i, s in expected
+                        ],
+                    }
+                    for t in ("5m", "10m", "10m15s")
+                ]
+                + [  # never both at once, at any evaluation (the critical rule runs first in the group)
+                    {
+                        "expr": f"max_over_time((count by (instance) ({firing}))[10m:15s])",
+                        "eval_time": "10m",
+                        "exp_samples": [{"labels": f'{{instance="{i}"}}', "value": 1} for i, _ in expected],
+                    }
+                ],
+            }
+        ],
+    }
+    spec = tmp_path / "test.yml"
+    spec.write_text(yaml.safe_dump(test))
+    done = subprocess.run([promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

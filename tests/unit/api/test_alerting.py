@@ -105,8 +105,11 @@ def test_ladder_gates_and_if_missing_pass() -> None:
         assert re.search(rf"and on \([^)]*\) \(llmdiag:{gate.signal}:{gate.stat}5m\{{[^}}]*\}} {gate.op} ", condition)
     alerts = _alerts()
     assert rule.severity.critical is not None
+    # the warning alert: past warning unless the same code's critical alert fires on the target (not "below critical")
     assert alerts[("CMP001", "warning")]["expr"].startswith(
-        f'(llmdiag:rule_past_warning:value5m{{code="CMP001",llmdiag_server="vllm"}} < {rule.severity.critical:g})'
+        '(llmdiag:rule_past_warning:value5m{code="CMP001",llmdiag_server="vllm"} unless on (job, instance, namespace, '
+        'pod, llmdiag_server) (ALERTS{alertname="LLMDiagDecodeStepSlow",code="CMP001",severity="critical",'
+        'alertstate="firing",llmdiag_server="vllm"}))'
     )
     assert f">= {rule.severity.critical:g})" in alerts[("CMP001", "critical")]["expr"]
 
@@ -251,7 +254,7 @@ def test_the_settings_overrides_and_mutes_apply_as_in_a_scan() -> None:
     assert 'llmdiag:requests_waiting_avg:value5m{llmdiag_server="vllm"} >= 2.5' in conditions["SCH001"]
     assert "SCH012" not in conditions
     alerts = _alerts(settings=settings)
-    assert "< 7.5)" in alerts[("SCH001", "warning")]["expr"] and ">= 7.5)" in alerts[("SCH001", "critical")]["expr"]
+    assert ">= 7.5)" in alerts[("SCH001", "critical")]["expr"] and "7.5" not in alerts[("SCH001", "warning")]["expr"]
     assert "#   SCH012: muted in the settings: the router queues on purpose" in export_rules(
         server="vllm", settings=settings
     )
