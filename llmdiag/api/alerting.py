@@ -120,14 +120,14 @@ def _elsewhere(signal: str) -> str:
     return ""
 
 
-def _refuse_rule(rule: RuleSpec, server: str) -> str:
+def _refuse_rule(rule: RuleSpec) -> str:
     """Why a rule is not exported for this server at all; '' when it may be."""
     if rule.scope == "fleet":
         return "fleet scope: it compares replicas (llmdiag fleet judges it)"
     if rule.category is Category.regression:
         return "compares with a baseline from llmdiag check's history, which Prometheus does not hold"
-    if engine_of(server) not in rule.fix.applies_to:
-        return f"does not apply to {server} (its applies_to)"
+    # not fix.applies_to: it says which engines have flags for the fix, and the scan judges a rule wherever its
+    # signals exist (llmdiag.engine.evaluate), giving only the fix's text elsewhere; so does the export
     return ""
 
 
@@ -208,7 +208,7 @@ def _build_server(server: str, *, inner: str, window_seconds: float, settings: S
     out = ServerExport(server=server, recorder=recorder)
     rules = [r for r in load_rules() if r.status != "deprecated"]
     for rule in rules:
-        refused = _refuse_rule(rule, server)
+        refused = _refuse_rule(rule)
         muted = settings.mute_reason(rule.code)
         if muted:
             refused = f"muted in the settings: {muted}"
