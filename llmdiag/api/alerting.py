@@ -4,8 +4,10 @@ Per server dialect, two groups: ``llmdiag-<server>-recording`` (every signal and
 built by llmdiag.schema.promql from the probe specs and probes/signals.toml) and ``llmdiag-<server>-alerts`` (one
 alert per rule code and severity). An alert's expression is its rule, as the scan judges it:
 
-- the ladder: warning = past the warning threshold and not past the critical one (the two never fire together),
-  critical = past the critical one (``>=`` above, ``<=`` below, as llmdiag.engine.evaluate);
+- the ladder: critical = past the critical threshold (``>=`` above, ``<=`` below, as llmdiag.engine.evaluate);
+  warning = past the warning one, ``unless`` that critical alert is firing on the target (Prometheus's own
+  ``ALERTS`` series; the critical rule comes first in the group, so the two never fire together, and a value
+  hovering at the critical line still pages as a warning);
 - each gate ``and`` its condition; a gate with ``if_missing = "pass"`` ``unless`` its negation, so a server without
   that signal is judged on the rest;
 - a rule with ``instead_of`` only where the rule it stands in for has not all its inputs;
@@ -118,14 +120,14 @@ def _elsewhere(signal: str) -> str:
     return ""
 
 
-def _refuse_rule(rule: RuleSpec, server: str) -> str:
+def _refuse_rule(rule: RuleSpec) -> str:
     """Why a rule is not exported for this server at all; '' when it may be."""
     if rule.scope == "fleet":
         return "fleet scope: it compares replicas (llmdiag fleet judges it)"
     if rule.category is Category.regression:
         return "compares with a baseline from llmdiag check's history, which Prometheus does not hold"
-    if engine_of(server) not in rule.fix.applies_to:
-        return f"does not apply to {server} (its applies_to)"
+    # not fix.applies_to: it says which engines have flags for the fix, and the scan judges a rule wherever its
+    # signals exist (llmdiag.engine.evaluate), giving only the fix's text elsewhere; so does the export
     return ""
 
 
@@ -206,7 +208,7 @@ def _build_server(server: str, *, inner: str, window_seconds: float, settings: S
     out = ServerExport(server=server, recorder=recorder)
     rules = [r for r in load_rules() if r.status != "deprecated"]
     for rule in rules:
-        refused = _refuse_rule(rule, server)
+        refused = _refuse_rule(rule)
         muted = settings.mute_reason(rule.code)
         if muted:
             refused = f"muted in the settings: {muted}"
@@ -251,14 +253,21 @@ def _condition_read(out: ServerExport, codes: list[str]) -> str:
 
 
 def _alert_expr(out: ServerExport, alert: Alert, severity: str) -> str:
-    """The alert at one severity: its recorded condition, the ladder's other end, and its silencers."""
+    """The alert at one severity: its recorded condition, past the critical threshold for the critical one; the
+    warning one ``unless`` the critical one fires on that target (not ``unless`` past critical: a value hovering at
+    the critical line would restart both for: timers and neither would page); and its silencers."""
     rule = alert.rule
     own = _condition_read(out, [rule.code])
     ladder = rule.severity
     expr = own
-    if ladder.critical is not None:
-        short, past = ("<", ">=") if ladder.direction == "above" else (">", "<=")
-        expr = f"{own} {short if severity == 'warning' else past} {number(ladder.critical)}"
+    if ladder.critical is not None and severity == "critical":
+        expr = f"{own} {'>=' if ladder.direction == 'above' else '<='} {number(ladder.critical)}"
+    elif ladder.critical is not None:
+        critical = (
+            f'ALERTS{{alertname="{_camel(rule.slug)}",code="{escape(rule.code)}",severity="critical",'
+            f'alertstate="firing",{SERVER_LABEL}="{escape(out.server)}"}}'
+        )
+        expr = f"{own} unless {_on(critical)}"
     if alert.silenced_by:
         expr = f"({expr}) unless {_on(_condition_read(out, alert.silenced_by))}"
     return expr
@@ -307,7 +316,8 @@ def _groups(out: ServerExport, for_text: str, runbook_url: str) -> list[dict[str
     ]
     alerting = []
     for alert in out.alerts:
-        severities = ["warning", "critical"] if alert.rule.severity.critical is not None else ["warning"]
+        # the critical alert first: the group's rules run in order, so the warning one sees it fire at once
+        severities = ["critical", "warning"] if alert.rule.severity.critical is not None else ["warning"]
         for severity in severities:
             labels = {
                 "severity": severity,

@@ -17,7 +17,8 @@ recording rules that make it:
   max-of-estimates); or ``promql_unavailable``, the reason it has none;
 - a probe's ``[[estimate]]``: a signal its page gives only indirectly, as the scan estimates it;
 - DCGM's gauges, joined to each server target by pod, else by host (``telemetry``);
-- the collector's sanity counts (counter resets, implausible gauge samples) from the probe's own names.
+- the collector's sanity counts (counter resets, implausible gauge samples: the signal's own value, divided and
+  scaled, out of its valid range) from the probe's own names.
 
 Every recorded series keeps the instance labels and gets ``llmdiag_server`` (a rule label), and every read of a
 recorded series selects on it, so one server's rules never read another's series.
@@ -422,11 +423,12 @@ def _counter_resets(rec: Recorder) -> str:
 
 def _implausible(rec: Recorder) -> str:
     """Samples of bounded gauges outside their valid range, counted over the window (a subquery at the rule
-    evaluation interval, the rule's stand-in for every scrape)."""
+    evaluation interval, the rule's stand-in for every scrape). The bounds apply to the value the signal is, as the
+    scan checks it (llmdiag.collect.signals): folded, divided by its total (``divide_by``), aggregated, scaled."""
     parts = []
     for spec in _bounded(rec.probe):
         for wire in spec.metrics:
-            raw = rec._scaled(spec, vector(wire, rec.inner, spec.match))
+            raw = rec._gauge_now(spec, wire)
             outside = [f"({raw}) < {number(spec.valid_min)}"] if spec.valid_min is not None else []
             outside += [f"({raw}) > {number(spec.valid_max)}"] if spec.valid_max is not None else []
             counted = f"count_over_time(({' or '.join(outside)})[{rec.window}:])"

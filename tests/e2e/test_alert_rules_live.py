@@ -22,7 +22,8 @@ the row says so with the export's own reason (its header's ``not exported`` list
 agree, and a healthy server has no alert on any dialect. A rule whose ``instead_of`` names the scan's primary stands
 in for it where the export could not express it (as the scan's SCH012 stands in for SCH001 where SCH001 cannot judge).
 
-With Alertmanager installed (``python -m tests.support.alertmanager_server install``), the vLLM run also routes its
+With Alertmanager installed (``python -m tests.support.alertmanager_server install``, which ``make test`` runs; under
+LLMDIAG_PROMETHEUS_TESTS=1 a missing one fails the vLLM run, never skipped quietly), the vLLM run also routes its
 alerts to a real Alertmanager and checks the memory preset's MEM001 alert arrives there with its labels and
 annotations. ``LLMDIAG_ALERT_EXAMPLE=PATH`` writes that alert, as Alertmanager's /api/v2/alerts shows it (volatile
 fields dropped, provenance added), to PATH: the README's example (docs/examples/alert-MEM001.json).
@@ -249,7 +250,7 @@ def judge(row: Row, server: str, exported_codes: set[str], reasons: dict[str, st
     if not ok and known and sanity_ok and seen and {specs[c].category for c in seen} == {specs[row.primary].category}:
         row.verdict = f"known: {', '.join(sorted(seen))} for {row.primary} (see KNOWN)"
         return
-    # a value at the critical line: the warning alert stops where the critical one starts, each restarting its for:
+    # both still pending at every reading: neither past its for: yet (shown, so a slow start reads as such)
     flapping = {(row.primary, "warning"), (row.primary, "critical")} <= row.pending
     row.verdict = "agree" if ok else "DISAGREE" + (" (warning and critical both pending)" if flapping else "")
 
@@ -267,7 +268,7 @@ def run_dialect(dialect: str, rules: Path) -> Run:
     with ExitStack() as stack:
         sims = {p: stack.enter_context(SimProcess(p, load=True, dialect=dialect)) for p in PRESETS}
         am = None
-        if dialect == "vllm" and alertmanager_server.missing() is None:
+        if dialect == "vllm" and alertmanager_server.wanted():
             am = stack.enter_context(alertmanager_server.AlertmanagerServer())
         time.sleep(WARMUP_SECONDS)
         # each server's page, and its simulated dcgm-exporter page under the same pod label (as Kubernetes service
@@ -369,6 +370,17 @@ def test_alerts_agree_with_scan(dialect: str, exported: Path) -> None:
     known = [r for r in run.rows if r.verdict.startswith("known")]
     if known:  # every other row agreed (asserted above)
         pytest.xfail("; ".join(f"{r.preset}: {r.verdict}: {KNOWN[r.dialect, r.preset][1]}" for r in known))
+
+
+def test_a_missing_alertmanager_fails_where_the_run_requires_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """make test installs Alertmanager and sets LLMDIAG_PROMETHEUS_TESTS=1: there its absence is a failure, not a
+    vLLM run that quietly leaves the Alertmanager check out; elsewhere that part is left out."""
+    monkeypatch.setattr(alertmanager_server, "BINARY", "llmdiag-no-such-alertmanager")
+    monkeypatch.setenv(prometheus_server.REQUIRED_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="LLMDIAG_PROMETHEUS_TESTS=1 but llmdiag-no-such-alertmanager"):
+        alertmanager_server.wanted()
+    monkeypatch.delenv(prometheus_server.REQUIRED_ENV)
+    assert alertmanager_server.wanted() is False
 
 
 def test_fleet_bench_runs_at_a_tiny_scale(tmp_path: Path) -> None:

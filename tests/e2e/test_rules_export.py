@@ -130,3 +130,90 @@ def test_the_guards_evaluate_as_the_scan_ranks(tmp_path: Path) -> None:
     spec.write_text(yaml.safe_dump(test))
     done = subprocess.run([promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_implausible_samples_bound_the_divided_value_as_the_scan_does(tmp_path: Path) -> None:
+    """TGI's batch-token ratio is tgi_batch_current_max_tokens over tgi_batch_max_total_tokens (the probe's
+    ``divide_by``); its [0, 1] bounds are the ratio's. A batch that reserved 4000 of a 10000-token budget is
+    plausible; 12000 of 10000 is not (SAN001). Two targets, 15 s apart for 15 minutes."""
+    inputs = [
+        {"series": f'tgi_batch_current_max_tokens{{job="tgi",instance="{i}"}}', "values": f"{held}x60"}
+        for i, held in (("ok", 4000), ("over", 12000))
+    ] + [
+        {"series": f'tgi_batch_max_total_tokens{{job="tgi",instance="{i}"}}', "values": "10000x60"}
+        for i in ("ok", "over")
+    ]
+    rules = tmp_path / "rules.yml"
+    assert run_cli("rules", "export", "--server", "tgi", "-o", str(rules)).returncode == 0
+    test = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": inputs,
+                "promql_expr_test": [
+                    {
+                        "expr": 'count by (code, instance) (ALERTS{alertstate="firing",code="SAN001"})',
+                        "eval_time": "10m",
+                        "exp_samples": [{"labels": '{code="SAN001",instance="over"}', "value": 1}],
+                    }
+                ],
+            }
+        ],
+    }
+    spec = tmp_path / "test.yml"
+    spec.write_text(yaml.safe_dump(test))
+    done = subprocess.run([promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_value_hovering_at_the_critical_line_still_pages_as_a_warning(tmp_path: Path) -> None:
+    """503s at a rate that crosses SCH004's critical line every evaluation (0.8/s, then 0.2/s, over a 15 s window at
+    15 s scrapes): the critical alert's for: restarts each time and it never fires; the warning one fires, as the
+    value never leaves the warning band's floor. A steady 1/s fires the critical alert alone: never both."""
+    hovering, total = [], 0
+    for step in range(61):
+        hovering.append(str(total))
+        total += 12 if step % 2 == 0 else 3  # +12 then +3 in 15 s: 0.8/s then 0.2/s
+    inputs = [
+        {"series": 'vllm:admission_rejections_total{job="vllm",instance="hover"}', "values": " ".join(hovering)},
+        {"series": 'vllm:admission_rejections_total{job="vllm",instance="steady"}', "values": "0+15x60"},
+    ]
+    rules = tmp_path / "rules.yml"
+    done = run_cli("rules", "export", "--server", "vllm", "--window", "15s", "--for", "1m", "-o", str(rules))
+    assert done.returncode == 0, done.stderr
+    firing = 'count by (code, instance, severity) (ALERTS{alertstate="firing",code="SCH004"})'
+    expected = [("hover", "warning"), ("steady", "critical")]
+    test = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": inputs,
+                "promql_expr_test": [
+                    {
+                        "expr": firing,
+                        "eval_time": t,
+                        "exp_samples": [
+                            {"labels": f'{{code="SCH004",instance="{i}",severity="{s}"}}', "value": 1}
+                            for i, s in expected
+                        ],
+                    }
+                    for t in ("5m", "10m", "10m15s")
+                ]
+                + [  # never both at once, at any evaluation (the critical rule runs first in the group)
+                    {
+                        "expr": f"max_over_time((count by (instance) ({firing}))[10m:15s])",
+                        "eval_time": "10m",
+                        "exp_samples": [{"labels": f'{{instance="{i}"}}', "value": 1} for i, _ in expected],
+                    }
+                ],
+            }
+        ],
+    }
+    spec = tmp_path / "test.yml"
+    spec.write_text(yaml.safe_dump(test))
+    done = subprocess.run([promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -8,7 +8,8 @@ loopback port, clustering off, one receiver that sends nowhere (the alerts stay 
         PrometheusServer(groups, rule_files=[...], alertmanagers=[am.address])
         am.alerts()   # what Alertmanager holds, as its API v2 shows it
 
-Optional: a test that routes to it skips that part when the binary is missing (``missing()`` says why).
+``make test`` installs it beside Prometheus and sets LLMDIAG_PROMETHEUS_TESTS=1: there a missing Alertmanager fails
+the test that routes to it (``wanted()``); elsewhere that test leaves the Alertmanager part out and says why.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import requests
 
-from tests.support.prometheus_server import free_port
+from tests.support.prometheus_server import REQUIRED_ENV, free_port
 
 BINARY = os.environ.get("LLMDIAG_ALERTMANAGER", "prometheus-alertmanager")
 
@@ -37,6 +38,21 @@ def missing() -> str | None:
     if shutil.which(BINARY) is None:
         return f"{BINARY} not on PATH (python -m tests.support.alertmanager_server install)"
     return None
+
+
+def wanted() -> bool:
+    """Whether a test routes to a real Alertmanager: True where one can run; where none can, a failure when the run
+    asked for the Prometheus tests (REQUIRED_ENV=1, as ``make test`` does after installing it), else False (that
+    part left out, with the reason printed)."""
+    why = missing()
+    if why is None:
+        return True
+    if os.environ.get(REQUIRED_ENV) == "1":
+        import pytest
+
+        pytest.fail(f"{REQUIRED_ENV}=1 but {why}")
+    print(f"Alertmanager left out: {why}")
+    return False
 
 
 def install() -> int:

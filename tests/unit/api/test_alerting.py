@@ -19,6 +19,7 @@ from llmdiag.errors import UsageError
 from llmdiag.model import Category
 from llmdiag.schema.loader import find_rule, load_probe
 from llmdiag.schema.promql import Recorder, parse_duration, window_name
+from llmdiag.schema.rules import ENGINES
 
 
 def _groups(**kw) -> dict[str, list[dict]]:
@@ -105,8 +106,11 @@ def test_ladder_gates_and_if_missing_pass() -> None:
         assert re.search(rf"and on \([^)]*\) \(llmdiag:{gate.signal}:{gate.stat}5m\{{[^}}]*\}} {gate.op} ", condition)
     alerts = _alerts()
     assert rule.severity.critical is not None
+    # the warning alert: past warning unless the same code's critical alert fires on the target (not "below critical")
     assert alerts[("CMP001", "warning")]["expr"].startswith(
-        f'(llmdiag:rule_past_warning:value5m{{code="CMP001",llmdiag_server="vllm"}} < {rule.severity.critical:g})'
+        '(llmdiag:rule_past_warning:value5m{code="CMP001",llmdiag_server="vllm"} unless on (job, instance, namespace, '
+        'pod, llmdiag_server) (ALERTS{alertname="LLMDiagDecodeStepSlow",code="CMP001",severity="critical",'
+        'alertstate="firing",llmdiag_server="vllm"}))'
     )
     assert f">= {rule.severity.critical:g})" in alerts[("CMP001", "critical")]["expr"]
 
@@ -251,7 +255,7 @@ def test_the_settings_overrides_and_mutes_apply_as_in_a_scan() -> None:
     assert 'llmdiag:requests_waiting_avg:value5m{llmdiag_server="vllm"} >= 2.5' in conditions["SCH001"]
     assert "SCH012" not in conditions
     alerts = _alerts(settings=settings)
-    assert "< 7.5)" in alerts[("SCH001", "warning")]["expr"] and ">= 7.5)" in alerts[("SCH001", "critical")]["expr"]
+    assert ">= 7.5)" in alerts[("SCH001", "critical")]["expr"] and "7.5" not in alerts[("SCH001", "warning")]["expr"]
     assert "#   SCH012: muted in the settings: the router queues on purpose" in export_rules(
         server="vllm", settings=settings
     )
@@ -310,3 +314,102 @@ def test_gpu_telemetry_is_joined_to_each_server_target_by_pod_else_by_host() -> 
     alerts = _alerts()
     assert ("CMP004", "warning") in alerts and ("NET001", "warning") in alerts
     assert "NET001" in _silencers(alerts[("SCH002", "warning")])
+
+
+@pytest.mark.parametrize("server", alerting.SERVERS)
+def test_implausible_samples_read_each_bounded_signal_as_the_signal_is(server: str) -> None:
+    """The valid range of a signal with ``divide_by`` is the ratio's (llmdiag.collect.signals checks it after the
+    division): the sanity count divides too, for every server."""
+    implausible = _records(server).get("llmdiag:implausible_samples:value5m", "")
+    for spec in load_probe(server).signal:
+        if spec.kind == "gauge" and spec.divide_by and (spec.valid_min is not None or spec.valid_max is not None):
+            for wire in spec.metrics:
+                assert f"({wire}) / on (job, instance, namespace, pod) group_left ()" in implausible
+                assert spec.divide_by in implausible
+
+
+def _firing_signals(rule, probe: str):
+    """Signals at which the scan's evaluate_rule fires ``rule``: its ladder at the warning threshold, each gate met
+    at its own value (None where two of its references ask one signal's stat for different values)."""
+    from llmdiag.model import Signal, SignalSet, SourceInfo, Window
+
+    met = {">": 1.0, ">=": 0.0, "<": -1.0, "<=": 0.0, "==": 0.0, "!=": 1.0}
+    wanted: dict[tuple[str, str], float] = {(rule.severity.signal, rule.severity.stat): rule.severity.warning}
+    for gate in rule.gate:
+        value = gate.value + met[gate.op]
+        if wanted.setdefault((gate.signal, gate.stat), value) != value:
+            return None
+    signals = SignalSet(window=Window(duration_seconds=300.0, scrapes=31), sources=[SourceInfo(probe=probe)])
+    stats: dict[str, dict[str, float]] = {}
+    for (name, stat), value in wanted.items():
+        stats.setdefault(name, {})[stat] = value
+    for name, values in stats.items():
+        signals.add(Signal(name=name, kind="gauge", unit="", stats=values))
+    return signals
+
+
+@pytest.mark.parametrize("server", alerting.SERVERS)
+def test_applies_to_is_treated_alike_by_the_scan_and_the_export(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fix.applies_to names the engines with flags for the fix; the scan judges a rule wherever its inputs exist
+    (llmdiag.engine.evaluate), with the fix's text alone elsewhere. The export must agree: what it judges for a
+    server reads only that server's probe signals and DCGM's, whatever applies_to says, and its fix annotation is
+    the scan's fixes for that engine."""
+    from llmdiag.config import Settings
+    from llmdiag.engine.evaluate import evaluate_rule
+    from llmdiag.engine.fixes import engine_of, fixes_for
+    from llmdiag.schema.loader import load_rules
+
+    engine = engine_of(server)
+    provided = {s.name for s in load_probe(server).signal} | {s.name for s in load_probe("dcgm").signal}
+    out = alerting._build_server(server, inner="", window_seconds=300.0, settings=Settings())
+    exported = {a.rule.code for a in out.alerts}
+    for alert in out.alerts:
+        reads = out.recorder.inputs_of(alert.condition())
+        assert reads and reads <= provided, (alert.rule.code, reads - provided)
+    assert not [why for _, why in out.left_out if "applies_to" in why]
+    fixes = {(r["labels"]["code"]): r["annotations"]["fix"] for r in _alerts(server).values()}
+    for code in exported:
+        rule = next(r for r in load_rules() if r.code == code)
+        assert fixes[code] == "\n".join(fixes_for(rule, engine))
+    # the scan: a rule outside applies_to still fires on this server's signals, with the fix's text alone
+    outside = [r for r in load_rules() if engine not in r.fix.applies_to and r.status != "deprecated"]
+    judged = 0
+    for rule in outside:
+        signals = _firing_signals(rule, server)
+        if signals is None:
+            continue
+        _, finding = evaluate_rule(rule, signals, Settings(), server)
+        assert finding is not None and finding.fixes == [rule.fix.text], rule.code
+        judged += 1
+    assert judged or not outside
+    # the export: the same rules with applies_to widened to every engine, or narrowed to none of this one's, judge
+    # the same codes
+    for narrowed in (True, False):
+        rules = [
+            r.model_copy(
+                update={
+                    "fix": r.fix.model_copy(
+                        update={
+                            "applies_to": [e for e in r.fix.applies_to if e != engine] if narrowed else list(ENGINES)
+                        }
+                    )
+                }
+            )
+            for r in load_rules()
+        ]
+        monkeypatch.setattr(alerting, "load_rules", lambda rules=rules: rules)
+        again = alerting._build_server(server, inner="", window_seconds=300.0, settings=Settings())
+        assert {a.rule.code for a in again.alerts} == exported
+
+
+def test_llamacpp_time_per_token_is_estimated_as_its_scan_derives_it() -> None:
+    """llama.cpp has no latency histogram: the scan derives the mean time per token from its generation counters
+    (llmdiag.collect.servers.llamacpp), and so does the export (probes/llamacpp.toml's estimate), so the rules that
+    read it (CMP004 on the compute preset) judge there too."""
+    itl = _records("llamacpp")["llmdiag:itl_seconds:mean5m"]
+    assert itl.startswith('llmdiag:generation_busy_seconds_per_second:rate5m{llmdiag_server="llamacpp"} / (')
+    assert (
+        "rate(llamacpp:tokens_predicted_total[5m])"
+        in _records("llamacpp")["llmdiag:generation_tokens_per_second:rate5m"]
+    )
+    assert ("CMP004", "warning") in _alerts("llamacpp")
