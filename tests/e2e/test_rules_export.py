@@ -36,6 +36,14 @@ def check_rules(path: Path) -> str:
     return done.stdout
 
 
+def passes_promtool_test(test: dict, tmp_path: Path) -> None:
+    """``promtool test rules`` on one test file (the rule files it names, its series and expectations) passes."""
+    spec = tmp_path / "test.yml"
+    spec.write_text(yaml.safe_dump(test))
+    done = subprocess.run([promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("server", [*SERVERS, None], ids=[*SERVERS, "every-server"])
 def test_promtool_accepts_the_export(server: str | None, tmp_path: Path) -> None:
     out = tmp_path / "llmdiag-rules.yml"
@@ -126,10 +134,7 @@ def test_the_guards_evaluate_as_the_scan_ranks(tmp_path: Path) -> None:
             }
         ],
     }
-    spec = tmp_path / "test.yml"
-    spec.write_text(yaml.safe_dump(test))
-    done = subprocess.run([promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
+    passes_promtool_test(test, tmp_path)
 
 
 def test_implausible_samples_bound_the_divided_value_as_the_scan_does(tmp_path: Path) -> None:
@@ -162,10 +167,7 @@ def test_implausible_samples_bound_the_divided_value_as_the_scan_does(tmp_path: 
             }
         ],
     }
-    spec = tmp_path / "test.yml"
-    spec.write_text(yaml.safe_dump(test))
-    done = subprocess.run([promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
+    passes_promtool_test(test, tmp_path)
 
 
 def test_a_value_hovering_at_the_critical_line_still_pages_as_a_warning(tmp_path: Path) -> None:
@@ -213,7 +215,4 @@ def test_a_value_hovering_at_the_critical_line_still_pages_as_a_warning(tmp_path
             }
         ],
     }
-    spec = tmp_path / "test.yml"
-    spec.write_text(yaml.safe_dump(test))
-    done = subprocess.run([promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
+    passes_promtool_test(test, tmp_path)

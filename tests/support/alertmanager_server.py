@@ -19,13 +19,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
-from pathlib import Path
 
 import requests
 
-from tests.support.prometheus_server import REQUIRED_ENV, free_port
+from tests.support.prometheus_server import REQUIRED_ENV, LocalDaemon, apt_install
 
 BINARY = os.environ.get("LLMDIAG_ALERTMANAGER", "prometheus-alertmanager")
 
@@ -56,20 +53,7 @@ def wanted() -> bool:
 
 
 def install() -> int:
-    if missing() is None:
-        print(f"alertmanager: {shutil.which(BINARY)} (already installed)")
-        return 0
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    cmd = ["apt-get", "install", "-y", "--no-install-recommends", "prometheus-alertmanager"]
-    done = subprocess.run(cmd, env=env, check=False)
-    if done.returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, check=False)
-        done = subprocess.run(cmd, env=env, check=False)
-    if done.returncode != 0 or missing() is not None:
-        print("alertmanager: install failed", file=sys.stderr)
-        return 1
-    print(f"alertmanager: installed {shutil.which(BINARY)}")
-    return 0
+    return apt_install("alertmanager", BINARY, "prometheus-alertmanager")
 
 
 def version() -> str:
@@ -78,23 +62,16 @@ def version() -> str:
     return (done.stdout or done.stderr).splitlines()[0].strip()
 
 
-class AlertmanagerServer:
+class AlertmanagerServer(LocalDaemon):
     """Alertmanager on 127.0.0.1:<free port>; stopped (SIGTERM) and its data removed on exit."""
 
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.url = f"http://{self.address}"
-        self._dir: tempfile.TemporaryDirectory[str] | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+    name = "alertmanager"
 
     def start(self) -> AlertmanagerServer:
-        self._dir = tempfile.TemporaryDirectory(prefix="llmdiag-am-")
-        root = Path(self._dir.name)
-        (root / "alertmanager.yml").write_text(json.dumps(CONFIG, indent=1))
-        self._log = open(root / "alertmanager.log", "wb")  # noqa: SIM115 (closed with the process)
-        self._proc = subprocess.Popen(
-            [
+        self._launch(
+            "alertmanager.yml",
+            json.dumps(CONFIG, indent=1),
+            lambda root: [
                 BINARY,
                 f"--config.file={root / 'alertmanager.yml'}",
                 f"--storage.path={root / 'data'}",
@@ -102,45 +79,12 @@ class AlertmanagerServer:
                 "--cluster.listen-address=",  # no gossip port: one instance
                 "--log.level=warn",
             ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"alertmanager exited: {(root / 'alertmanager.log').read_text()[-2000:]}")
-            try:
-                if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("alertmanager was not ready within 30 s")
+        return self
 
     def alerts(self) -> list[dict]:
         """/api/v2/alerts: the alerts Alertmanager holds, as its API shows them."""
         return requests.get(f"{self.url}/api/v2/alerts", timeout=10).json()
-
-    def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
-            self._log.close()
-        if self._dir is not None:
-            self._dir.cleanup()
-            self._dir = None
-
-    def __enter__(self) -> AlertmanagerServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 if __name__ == "__main__":

@@ -25,8 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Self
 from urllib.parse import urlsplit
 
 import requests
@@ -50,19 +51,24 @@ def require() -> None:
 
 
 def install() -> int:
-    if missing() is None:
-        print(f"prometheus: {shutil.which(BINARY)} (already installed)")
+    return apt_install("prometheus", BINARY, "prometheus")
+
+
+def apt_install(name: str, binary: str, package: str) -> int:
+    """Debian's ``package``, unless ``binary`` is on PATH already (``apt-get update`` once, for a stale index)."""
+    if shutil.which(binary) is not None:
+        print(f"{name}: {shutil.which(binary)} (already installed)")
         return 0
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    cmd = ["apt-get", "install", "-y", "--no-install-recommends", "prometheus"]
+    cmd = ["apt-get", "install", "-y", "--no-install-recommends", package]
     done = subprocess.run(cmd, env=env, check=False)
     if done.returncode != 0:
         subprocess.run(["apt-get", "update"], env=env, check=False)
         done = subprocess.run(cmd, env=env, check=False)
-    if done.returncode != 0 or missing() is not None:
-        print("prometheus: install failed", file=sys.stderr)
+    if done.returncode != 0 or shutil.which(binary) is None:
+        print(f"{name}: install failed", file=sys.stderr)
         return 1
-    print(f"prometheus: installed {shutil.which(BINARY)}")
+    print(f"{name}: installed {shutil.which(binary)}")
     return 0
 
 
@@ -114,7 +120,64 @@ def scrape_config(
     return json.dumps(config, indent=1)
 
 
-class PrometheusServer:
+class LocalDaemon:
+    """A daemon of the Prometheus family on 127.0.0.1:<free port>, in its own temporary directory, ready once its
+    /-/ready answers 200; stopped (SIGTERM, SIGKILL after 15 s) and its directory removed on exit."""
+
+    name = "daemon"
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.url = f"http://{self.address}"
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def _launch(self, config_name: str, config_text: str, argv: Callable[[Path], list[str]]) -> None:
+        """Write the config into a fresh directory, start ``argv(directory)`` and wait until it is ready."""
+        self._dir = tempfile.TemporaryDirectory(prefix=f"llmdiag-{self.name}-")
+        root = Path(self._dir.name)
+        (root / config_name).write_text(config_text)
+        self._log = open(root / f"{self.name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        self._proc = subprocess.Popen(argv(root), stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {(root / f'{self.name}.log').read_text()[-2000:]}")
+            try:
+                if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"{self.name} was not ready within 30 s")
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+            self._log.close()
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class PrometheusServer(LocalDaemon):
     """Prometheus on 127.0.0.1:<free port>, scraping ``groups``; stopped (SIGTERM) and its TSDB removed on exit."""
 
     def __init__(
@@ -130,44 +193,25 @@ class PrometheusServer:
         self.extra_args = list(extra_args)
         self.rule_files = list(rule_files)
         self.alertmanagers = list(alertmanagers)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._dir: tempfile.TemporaryDirectory[str] | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        super().__init__()
+
+    name = "prometheus"
 
     def start(self) -> PrometheusServer:
-        self._dir = tempfile.TemporaryDirectory(prefix="llmdiag-prom-")
-        root = Path(self._dir.name)
-        (root / "prometheus.yml").write_text(
-            scrape_config(self.groups, self.interval_seconds, self.rule_files, self.alertmanagers)
-        )
-        log = open(root / "prometheus.log", "wb")  # noqa: SIM115 (closed with the process)
-        self._log = log
-        self._proc = subprocess.Popen(
-            [
+        self._launch(
+            "prometheus.yml",
+            scrape_config(self.groups, self.interval_seconds, self.rule_files, self.alertmanagers),
+            lambda root: [
                 BINARY,
                 f"--config.file={root / 'prometheus.yml'}",
                 f"--storage.tsdb.path={root / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
+                f"--web.listen-address={self.address}",
                 "--storage.tsdb.retention.time=1h",
                 "--log.level=warn",
                 *self.extra_args,
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {(root / 'prometheus.log').read_text()[-2000:]}")
-            try:
-                if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("prometheus was not ready within 30 s")
+        return self
 
     def query(self, expr: str) -> list[dict]:
         answer = requests.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=10).json()
@@ -188,26 +232,6 @@ class PrometheusServer:
                 return
             time.sleep(self.interval_seconds / 2)
         raise TimeoutError(f"prometheus did not get {samples} samples of {metric} from {series} series in time")
-
-    def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
-            self._log.close()
-        if self._dir is not None:
-            self._dir.cleanup()
-            self._dir = None
-
-    def __enter__(self) -> PrometheusServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 if __name__ == "__main__":
