@@ -36,7 +36,7 @@ from llmdiag.engine.causes import why
 from llmdiag.engine.fixes import engine_of
 from llmdiag.errors import UsageError, option
 from llmdiag.model import BOTTLENECK_CATEGORIES, Category
-from llmdiag.schema.loader import load_probe, load_rules, load_signal_registry
+from llmdiag.schema.loader import find_rule, load_probe, load_rules, load_signal_registry
 from llmdiag.schema.promql import (
     MATCH_LABELS,
     SERVER_LABEL,
@@ -233,7 +233,8 @@ def _guard(out: ServerExport) -> None:
     for alert in out.alerts:
         rule = alert.rule
         if rule.instead_of and rule.instead_of in exported:
-            stood_for = next(r for r in load_rules() if r.code == rule.instead_of)
+            stood_for = find_rule(rule.instead_of)
+            assert stood_for is not None  # it is exported, so it is a catalogue rule
             alert.clauses.append(f"unless {_on(_inputs_present(rec, stood_for))}")
         if rule.category not in BOTTLENECK_CATEGORIES:
             continue
